@@ -1,0 +1,36 @@
+"""radixgen.kernels: Triton kernels and their torch reference twins, behind one dispatch per op.
+
+Each op `name(...)` runs the Triton kernel when its tensors are on CUDA (and Triton imports) and the torch
+reference otherwise; `name_reference(...)` is always the reference, for tests.
+"""
+
+from radixgen.kernels.attention_ref import (
+    decode_attention_reference,
+    extend_attention_reference,
+    store_kv_reference,
+)
+from radixgen.kernels.dispatch import (
+    apply_rotary,
+    apply_token_bitmask,
+    decode_attention,
+    extend_attention,
+    fused_add_rmsnorm,
+    rmsnorm,
+    silu_and_mul,
+    store_kv,
+)
+from radixgen.kernels.elementwise_ref import (
+    apply_rotary_reference,
+    apply_token_bitmask_reference,
+    fused_add_rmsnorm_reference,
+    rmsnorm_reference,
+    silu_and_mul_reference,
+)
+from radixgen.kernels.rotary_cache import rope_cos_sin_cache, rope_inv_freq
+
+__all__ = [
+    "apply_rotary", "apply_rotary_reference", "apply_token_bitmask", "apply_token_bitmask_reference",
+    "decode_attention", "decode_attention_reference", "extend_attention", "extend_attention_reference",
+    "fused_add_rmsnorm", "fused_add_rmsnorm_reference", "rmsnorm", "rmsnorm_reference", "rope_cos_sin_cache",
+    "rope_inv_freq", "silu_and_mul", "silu_and_mul_reference", "store_kv", "store_kv_reference",
+]
