@@ -1,0 +1,57 @@
+"""Options of one engine (the `**options` of `radixgen.Engine` and the flags of `radixgen serve`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+
+@dataclass
+class EngineConfig:
+    model_path: str | None = None  # HF folder, .gguf file, or None for the default model
+    load_format: str = "auto"  # auto | safetensors | gguf | dummy
+    dtype: str = "auto"  # auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16 | float16
+    device: str = "auto"  # auto | cpu | cuda
+    context_length: int | None = None  # override the model's max_position_embeddings
+    # Memory: either an explicit KV budget in tokens, or a fraction of free device memory (CUDA).
+    max_total_tokens: int | None = None
+    mem_fraction: float = 0.85
+    page_size: int = 1
+    # Batching.
+    max_running_requests: int = 256
+    chunked_prefill_size: int = 2048  # max prefill tokens of one request per step (<= 0: no chunking)
+    max_prefill_tokens: int = 8192  # prefill token budget of one step
+    schedule_policy: str = "lpm"  # lpm (longest cached prefix first) | fcfs
+    disable_radix_cache: bool = False
+    # GPU path.
+    cuda_graph: bool = True
+    cuda_graph_max_bs: int = 256
+    # Misc.
+    random_seed: int = 0
+    dummy_config: dict | None = None  # model config for load_format="dummy" without a model folder
+    grammar_cache_size: int = 256
+    enable_jump_forward: bool = True
+    log_level: str = "warning"
+    extra: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_options(cls, model_path: str | None = None, **options) -> "EngineConfig":
+        """Build from keyword options, refusing unknown names with the list of known ones."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise TypeError(f"unknown engine option(s) {unknown}; known options: {sorted(known)}")
+        cfg = cls(model_path=model_path, **options)
+        cfg.validate()
+        return cfg
+
+    def validate(self) -> None:
+        if self.schedule_policy not in ("lpm", "fcfs"):
+            raise ValueError(f"schedule_policy must be 'lpm' or 'fcfs', got {self.schedule_policy!r}")
+        if self.load_format not in ("auto", "safetensors", "gguf", "dummy"):
+            raise ValueError(f"load_format must be auto|safetensors|gguf|dummy, got {self.load_format!r}")
+        if not 0.0 < self.mem_fraction <= 1.0:
+            raise ValueError(f"mem_fraction must be in (0, 1], got {self.mem_fraction}")
+        if self.page_size < 1:
+            raise ValueError(f"page_size must be >= 1, got {self.page_size}")
+        if self.max_running_requests < 1:
+            raise ValueError(f"max_running_requests must be >= 1, got {self.max_running_requests}")
