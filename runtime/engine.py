@@ -1,0 +1,254 @@
+"""`radixgen.Engine`: the offline API (shaped like SGLang's) over the engine loop thread.
+
+The calling thread does everything that can be slow and is per request — tokenization, validation, grammar
+compilation (cached by source) — so the loop thread never waits on it; then it submits the request and reads
+its output chunks from a queue. See docs/engine_api.md for the contract.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from radixgen.runtime.engine_config import EngineConfig
+from radixgen.runtime.output_sink import AsyncSink, SyncSink
+from radixgen.runtime.request import Req
+
+log = logging.getLogger("radixgen.engine")
+
+
+class Engine:
+    """An in-process engine. `Engine(model_path=None, **options)`; options are EngineConfig's fields."""
+
+    def __init__(self, model_path: str | None = None, **options: Any) -> None:
+        from radixgen.runtime.engine_core import EngineCore
+        from radixgen.runtime.model_runner import ModelRunner
+
+        self.config = EngineConfig.from_options(model_path, **options)
+        logging.getLogger("radixgen").setLevel(self.config.log_level.upper())
+        self.runner = ModelRunner(self.config)
+        self.model_config = self.runner.model_config
+        self.tokenizer = self.runner.tokenizer
+        self.vocab = self._build_vocabulary()
+        self.core = EngineCore(self.config, self.runner, self.tokenizer, self.vocab)
+        self._compile_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="radixgen-compile")
+        self._ids = itertools.count()
+        self._closed = False
+        self.core.start()
+
+    # ----------------------------------------------------------- properties
+    @property
+    def context_length(self) -> int:
+        return self.core.max_context
+
+    def _build_vocabulary(self):
+        try:
+            from radixgen.grammars import Vocabulary
+        except ImportError:  # pragma: no cover - grammars is part of the package
+            return None
+        tok = self.tokenizer
+        special = getattr(tok, "special_token_ids", None) or []
+        return Vocabulary(tok.all_token_bytes(), eos_token_ids=sorted(tok.eos_token_ids), special_ids=sorted(special))
+
+    # -------------------------------------------------------------- building
+    def _prepare(self, prompt: Any, input_ids: Any, sampling_params: Any, return_logprob: bool,
+                 top_logprobs_num: int, logprob_start_len: int | None, rid: Any) -> tuple[list[Req], bool]:
+        """Validate everything and build the Req objects (n per prompt). Raises ValueError on bad input."""
+        from radixgen.runtime.sampling_params import SamplingParams
+
+        if (prompt is None) == (input_ids is None):
+            raise ValueError("give exactly one of `prompt` (text) or `input_ids`")
+        if prompt is not None:
+            batched = isinstance(prompt, (list, tuple))
+            texts = list(prompt) if batched else [prompt]
+            for t in texts:
+                if not isinstance(t, str):
+                    raise ValueError(f"prompt must be a string or a list of strings, got {type(t).__name__}")
+            id_lists = [self.tokenizer.encode(t) for t in texts]
+        else:
+            batched = len(input_ids) > 0 and isinstance(input_ids[0], (list, tuple, np.ndarray))
+            id_lists = [list(x) for x in input_ids] if batched else [list(input_ids)]
+        n_prompts = len(id_lists)
+        if isinstance(sampling_params, (list, tuple)):
+            if len(sampling_params) != n_prompts:
+                raise ValueError(f"sampling_params: got {len(sampling_params)} for {n_prompts} prompts")
+            params_list = [SamplingParams.from_dict(p) for p in sampling_params]
+        else:
+            params_list = [SamplingParams.from_dict(sampling_params)] * n_prompts
+        if not isinstance(top_logprobs_num, int) or top_logprobs_num < 0:
+            raise ValueError(f"top_logprobs_num must be a non-negative int, got {top_logprobs_num!r}")
+        vocab_size = self.model_config.vocab_size
+        reqs: list[Req] = []
+        for ids, params in zip(id_lists, params_list):
+            params.validate(vocab_size)
+            arr = np.asarray(ids, dtype=np.int64)
+            if arr.ndim != 1 or len(arr) == 0:
+                raise ValueError("a prompt must have at least one token")
+            if int(arr.min()) < 0 or int(arr.max()) >= vocab_size:
+                raise ValueError(f"input_ids: token ids must be in [0, {vocab_size})")
+            if len(arr) >= self.context_length:
+                raise ValueError(f"the prompt has {len(arr)} tokens; the context length is {self.context_length} "
+                                 f"(at least one token must remain for the output)")
+            if logprob_start_len is not None and not 0 <= logprob_start_len <= len(arr):
+                raise ValueError(f"logprob_start_len must be in [0, {len(arr)}], got {logprob_start_len}")
+            grammar = self._compile(params)
+            for sub in params.expand_n():
+                reqs.append(self._make_req(arr, sub, grammar, return_logprob, top_logprobs_num,
+                                           logprob_start_len, rid))
+        return reqs, batched or params_list[0].n > 1
+
+    def _compile(self, params):
+        constraint = params.constraint
+        if constraint is None:
+            return None
+        from radixgen.runtime.constraints import compile_constraint
+
+        return compile_constraint(constraint, self.vocab)
+
+    def _make_req(self, ids: np.ndarray, params, grammar, return_logprob: bool, top_logprobs_num: int,
+                  logprob_start_len: int | None, rid: Any) -> Req:
+        from radixgen.runtime.stop_checker import StopChecker
+
+        rid = str(rid) if rid is not None and not isinstance(rid, (list, tuple)) else uuid.uuid4().hex
+        req = Req(rid=f"{rid}-{next(self._ids)}", origin_ids=ids, params=params,
+                  return_logprob=bool(return_logprob) or logprob_start_len is not None,
+                  top_logprobs_num=top_logprobs_num, logprob_start_len=logprob_start_len)
+        if grammar is not None:
+            req.grammar = grammar
+            req.matcher = grammar.matcher()
+        req.detok = self.tokenizer.incremental_detokenizer(skip_special_tokens=params.skip_special_tokens)
+        req.stop_checker = StopChecker(params, eos_token_ids=self.tokenizer.eos_token_ids)
+        return req
+
+    # ------------------------------------------------------------- generate
+    def generate(self, prompt: str | list[str] | None = None, sampling_params: dict | list | None = None,
+                 input_ids: list | None = None, return_logprob: bool = False, top_logprobs_num: int = 0,
+                 logprob_start_len: int | None = None, stream: bool = False, rid: Any = None
+                 ) -> dict | list[dict] | Iterator[dict]:
+        """Generate for one prompt (dict out) or a list of prompts (list out), or stream one prompt's chunks."""
+        self._check_open()
+        reqs, batched = self._prepare(prompt, input_ids, sampling_params, return_logprob, top_logprobs_num,
+                                      logprob_start_len, rid)
+        if stream:
+            if len(reqs) != 1:
+                raise ValueError("stream=True takes a single prompt with n=1")
+            return self._stream_sync(reqs[0])
+        sinks = []
+        for req in reqs:
+            req.sink = SyncSink()
+            sinks.append(req.sink)
+            self.core.submit(req)
+        results = [self._collect_sync(req) for req in reqs]
+        return results if batched else results[0]
+
+    def _collect_sync(self, req: Req) -> dict:
+        ids: list[int] = []
+        text = []
+        while True:
+            chunk = req.sink.get()
+            text.append(chunk["text"])
+            ids.extend(chunk["output_ids"])
+            if chunk["finished"]:
+                return {"text": "".join(text), "output_ids": list(req.output_ids), "meta_info": chunk["meta_info"]}
+
+    def _stream_sync(self, req: Req) -> Iterator[dict]:
+        req.sink = SyncSink()
+        self.core.submit(req)
+        try:
+            while True:
+                chunk = req.sink.get()
+                yield chunk
+                if chunk["finished"]:
+                    return
+        finally:
+            if req.finish_reason is None:
+                self.core.abort(req.rid)
+
+    async def async_generate(self, prompt: str | list[str] | None = None, sampling_params: dict | list | None = None,
+                             input_ids: list | None = None, return_logprob: bool = False, top_logprobs_num: int = 0,
+                             logprob_start_len: int | None = None, stream: bool = False, rid: Any = None
+                             ) -> dict | list[dict] | AsyncIterator[dict]:
+        """Awaitable generate; with stream=True returns an async iterator of chunks."""
+        self._check_open()
+        loop = asyncio.get_running_loop()
+        reqs, batched = await loop.run_in_executor(
+            self._compile_pool, self._prepare, prompt, input_ids, sampling_params, return_logprob,
+            top_logprobs_num, logprob_start_len, rid)
+        if stream:
+            if len(reqs) != 1:
+                raise ValueError("stream=True takes a single prompt with n=1")
+            return self._stream_async(reqs[0], loop)
+        for req in reqs:
+            req.sink = AsyncSink(loop)
+            self.core.submit(req)
+        results = await asyncio.gather(*(self._collect_async(r) for r in reqs))
+        return list(results) if batched else results[0]
+
+    async def _collect_async(self, req: Req) -> dict:
+        text = []
+        try:
+            while True:
+                chunk = await req.sink.get()
+                text.append(chunk["text"])
+                if chunk["finished"]:
+                    return {"text": "".join(text), "output_ids": list(req.output_ids),
+                            "meta_info": chunk["meta_info"]}
+        except asyncio.CancelledError:
+            self.core.abort(req.rid)
+            raise
+
+    async def _stream_async(self, req: Req, loop: asyncio.AbstractEventLoop) -> AsyncIterator[dict]:
+        req.sink = AsyncSink(loop)
+        self.core.submit(req)
+        finished = False
+        try:
+            while True:
+                chunk = await req.sink.get()
+                finished = chunk["finished"]
+                yield chunk
+                if finished:
+                    return
+        finally:
+            if not finished:
+                self.core.abort(req.rid)
+
+    # ----------------------------------------------------------------- admin
+    def abort(self, rid: str) -> None:
+        """Abort a running or waiting request by its id (meta_info["id"])."""
+        self.core.abort(rid)
+
+    def flush_cache(self) -> bool:
+        return self.core.call(self.core.flush_cache)
+
+    def get_stats(self) -> dict:
+        return self.core.call(self.core.stats)
+
+    def shutdown(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.core.stop()
+        self._compile_pool.shutdown(wait=False)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("the engine has been shut down")
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown()
+
+    def __del__(self) -> None:  # pragma: no cover - best effort
+        try:
+            self.shutdown()
+        except Exception:
+            pass

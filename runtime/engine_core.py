@@ -1,0 +1,352 @@
+"""The engine loop: schedule, forward, sample, advance grammars, stream, finish. Runs on its own thread.
+
+Everything mutable about the engine lives here and is touched only by the loop thread; callers talk to it
+through `submit` / `abort` / `call` (a thread-safe inbox), and receive chunks through each request's sink.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from radixgen.runtime.batch_builder import LogitRows, build_forward_batch
+from radixgen.runtime.engine_config import EngineConfig
+from radixgen.runtime.kv_pool import ReqToTokenPool, SlotAllocator
+from radixgen.runtime.request import Req, ReqState
+from radixgen.runtime.scheduler import ScheduleBatch, Scheduler, SchedulerLimits
+
+log = logging.getLogger("radixgen.engine")
+
+
+@dataclass
+class EngineCounters:
+    """Monotonic counts since start (or the last flush for the cache ones)."""
+
+    steps: int = 0
+    decode_steps: int = 0
+    forward_tokens: int = 0  # tokens that went through the model
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    generated_tokens: int = 0
+    jump_forward_tokens: int = 0
+    finished: int = 0
+    aborted: int = 0
+    preemptions: int = 0
+
+
+class EngineCore:
+    def __init__(self, config: EngineConfig, runner, tokenizer, vocab) -> None:
+        from radixgen.radix import NoPrefixCache, RadixCache
+        from radixgen.runtime.sampler import Sampler
+
+        self.config = config
+        self.runner = runner
+        self.tokenizer = tokenizer
+        self.vocab = vocab  # radixgen.grammars.Vocabulary or None
+        self.device = runner.device
+        self.vocab_size = runner.model_config.vocab_size
+        self.max_context = runner.max_context
+        num_slots = runner.kv_pool.num_slots
+        self.allocator = SlotAllocator(num_slots)
+        self.req_rows = ReqToTokenPool(config.max_running_requests + 8, self.max_context + 1, self.device)
+        cache_enabled = not config.disable_radix_cache
+        self.cache = RadixCache(page_size=config.page_size) if cache_enabled else NoPrefixCache()
+        limits = SchedulerLimits(
+            max_running_requests=config.max_running_requests,
+            max_prefill_tokens=config.max_prefill_tokens,
+            chunked_prefill_size=config.chunked_prefill_size,
+            max_context=self.max_context,
+            schedule_policy=config.schedule_policy,
+        )
+        self.scheduler = Scheduler(limits, self.allocator, self.req_rows, self.cache)
+        self.sampler = Sampler(self.vocab_size, self.device, seed=config.random_seed)
+        self.counters = EngineCounters()
+        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.reqs: dict[str, Req] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.bitmask_words = (self.vocab_size + 31) // 32
+        self.on_step: Callable[[ScheduleBatch], None] | None = None  # test hook
+
+    # ------------------------------------------------------------ thread API
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="radixgen-engine", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.inbox.put(("wake", None))
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+
+    def submit(self, req: Req) -> None:
+        self.inbox.put(("add", req))
+
+    def abort(self, rid: str) -> None:
+        self.inbox.put(("abort", rid))
+
+    def call(self, fn: Callable[[], Any], timeout: float | None = 60) -> Any:
+        """Run fn on the loop thread between steps and return its result (for flush, stats, checks)."""
+        box: queue.Queue = queue.Queue()
+        self.inbox.put(("call", (fn, box)))
+        ok, value = box.get(timeout=timeout)
+        if not ok:
+            raise value
+        return value
+
+    # ------------------------------------------------------------- the loop
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._drain(block=not self.scheduler.has_work())
+                if self._stop.is_set():
+                    break
+                self.step()
+            except Exception as exc:  # never let one bad step kill the engine: fail its requests instead
+                log.exception("engine step failed")
+                self._fail_running(f"internal error: {type(exc).__name__}: {exc}")
+        for req in list(self.reqs.values()):
+            self._finish(req, {"type": "abort", "message": "engine shut down"})
+
+    def _drain(self, block: bool) -> None:
+        try:
+            item = self.inbox.get(timeout=0.5) if block else self.inbox.get_nowait()
+        except queue.Empty:
+            return
+        while True:
+            kind, payload = item
+            if kind == "add":
+                self.reqs[payload.rid] = payload
+                self.scheduler.add(payload)
+            elif kind == "abort":
+                req = self.reqs.get(payload)
+                if req is not None:
+                    self._finish(req, {"type": "abort", "message": "aborted by request"})
+            elif kind == "call":
+                fn, box = payload
+                try:
+                    box.put((True, fn()))
+                except Exception as exc:
+                    box.put((False, exc))
+            try:
+                item = self.inbox.get_nowait()
+            except queue.Empty:
+                return
+
+    def step(self) -> None:
+        batch = self.scheduler.schedule()
+        if batch is None:
+            return
+        if self.on_step is not None:
+            self.on_step(batch)
+        fb, rows = build_forward_batch(batch, self.scheduler, self.req_rows.req_to_token, self.device)
+        logits = self.runner.forward(fb)
+        self.scheduler.commit(batch)
+        c = self.counters
+        c.steps += 1
+        c.decode_steps += int(batch.is_decode)
+        c.forward_tokens += batch.num_tokens
+        c.preemptions = self.scheduler.num_preemptions
+        self._prompt_logprobs(batch, rows, logits)
+        self._sample_and_advance(batch, rows, logits)
+
+    # --------------------------------------------------------- outputs
+    def _prompt_logprobs(self, batch: ScheduleBatch, rows: LogitRows, logits: torch.Tensor) -> None:
+        for i, it in enumerate(batch.items):
+            if it.logits_from is None or rows.count[i] == 0:
+                continue
+            req = it.req
+            first_pos = it.start + it.logits_from  # position of the first row
+            n = int(rows.count[i])
+            # Row at position p scores token p + 1, while p + 1 is still a prompt token.
+            n_prompt = min(n, req.prompt_len - 1 - first_pos)
+            if first_pos == 0 and req.logprob_start_len == 0 and not req.input_token_logprobs:
+                req.input_token_logprobs.append((None, int(req.origin_ids[0])))
+                if req.top_logprobs_num:
+                    req.input_top_logprobs.append(None)
+            if n_prompt <= 0:
+                continue
+            lo = int(rows.first[i])
+            lp = torch.log_softmax(logits[lo : lo + n_prompt].float(), dim=-1)
+            nxt = torch.from_numpy(req.origin_ids[first_pos + 1 : first_pos + 1 + n_prompt]).to(lp.device)
+            chosen = lp.gather(1, nxt[:, None]).squeeze(1).tolist()
+            req.input_token_logprobs.extend(zip(chosen, nxt.tolist()))
+            if req.top_logprobs_num:
+                vals, idx = lp.topk(req.top_logprobs_num, dim=-1)
+                for v, ix in zip(vals.tolist(), idx.tolist()):
+                    req.input_top_logprobs.append(list(zip(v, ix)))
+
+    def _sample_and_advance(self, batch: ScheduleBatch, rows: LogitRows, logits: torch.Tensor) -> None:
+        sel = [i for i, it in enumerate(batch.items) if it.sample]
+        if not sel:
+            return
+        reqs = [batch.items[i].req for i in sel]
+        row_idx = torch.from_numpy(rows.sample_row[sel]).to(logits.device)
+        sample_logits = logits.index_select(0, row_idx)
+        mask, mask_rows = self._grammar_masks(reqs)
+        out = self.sampler.sample(reqs, sample_logits, mask, mask_rows)
+        tokens = out.tokens.tolist()
+        for j, req in enumerate(reqs):
+            try:
+                self._on_token(req, tokens[j], out, j)
+            except Exception as exc:  # one failing request never takes its batch down
+                log.exception("request %s failed", req.rid)
+                self._finish(req, {"type": "abort", "message": f"{type(exc).__name__}: {exc}"})
+
+    def _grammar_masks(self, reqs: list[Req]) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        rows = [j for j, r in enumerate(reqs) if r.matcher is not None]
+        if not rows:
+            return None, None
+        mask = np.zeros((len(rows), self.bitmask_words), dtype=np.int32)
+        width = None
+        for k, j in enumerate(rows):
+            m = reqs[j].matcher
+            width = width or m.mask_words
+            m.fill_mask(mask[k, :width])
+        return torch.from_numpy(mask).to(self.device), torch.tensor(rows, dtype=torch.int64, device=self.device)
+
+    def _on_token(self, req: Req, token: int, out, j: int) -> None:
+        if req.state is not ReqState.RUNNING:
+            return
+        if req.first_token_time is None:
+            req.first_token_time = time.perf_counter()
+        if req.return_logprob:
+            req.output_token_logprobs.append((out.logprobs[j], token))
+            if req.top_logprobs_num:
+                req.output_top_logprobs.append(out.top_logprobs[j])
+        new_ids = [token]
+        if req.matcher is not None:
+            if not req.matcher.advance(token):
+                raise RuntimeError(f"sampled token {token} is not allowed by the grammar")
+            new_ids += self._jump_forward(req, token)
+        self._append(req, new_ids)
+
+    def _jump_forward(self, req: Req, token: int) -> list[int]:
+        """Tokens the grammar forces after `token` (appended without decode steps)."""
+        if not self.config.enable_jump_forward or req.matcher.is_terminated():
+            return []
+        forced = req.matcher.forced_suffix()
+        if not forced:
+            return []
+        # Only whole UTF-8 characters: cut an incomplete trailing sequence.
+        text = forced.decode("utf-8", errors="ignore")
+        if not text:
+            return []
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        budget = self._token_budget(req) - 1  # the sampled token already counts
+        taken = []
+        for t in ids[: max(budget, 0)]:
+            if not req.matcher.advance(t):
+                break
+            taken.append(t)
+        req.decode_steps_saved += len(taken)
+        self.counters.jump_forward_tokens += len(taken)
+        return taken
+
+    def _token_budget(self, req: Req) -> int:
+        limit = self.max_context - req.prompt_len
+        if req.params.max_new_tokens is not None:
+            limit = min(limit, req.params.max_new_tokens)
+        return limit - len(req.output_ids)
+
+    def _append(self, req: Req, ids: list[int]) -> None:
+        """Record new output tokens, check stop conditions, stream the text delta, finish if done."""
+        self.counters.generated_tokens += len(ids)
+        finish = None
+        kept = 0
+        for t in ids:
+            req.output_ids.append(t)
+            kept += 1
+            finish = req.stop_checker.check_token(t, len(req.output_ids))
+            if finish is None and req.matcher is not None and req.matcher.is_terminated():
+                finish = {"type": "stop", "matched": t if t in self._eos_ids(req) else None}
+            if finish is None and self._token_budget(req) <= 0:
+                finish = {"type": "length", "matched": None}
+            if finish is not None:
+                break
+        text = req.stop_checker.feed_text(req.detok, ids[:kept], finished=finish is not None)
+        if finish is None and req.stop_checker.stop_string_hit is not None:
+            finish = {"type": "stop", "matched": req.stop_checker.stop_string_hit}
+            text = req.stop_checker.feed_text(req.detok, [], finished=True)
+        if text:
+            req.emitted_text += text
+        if finish is not None:
+            self._finish(req, finish, delta_text=text, delta_ids=ids[:kept])
+        elif req.sink is not None and (text or ids):
+            req.sink.put({"text": text, "output_ids": ids[:kept], "finished": False, "meta_info": None})
+
+    def _eos_ids(self, req: Req) -> set[int]:
+        return set(self.tokenizer.eos_token_ids)
+
+    # ---------------------------------------------------------------- finish
+    def _finish(self, req: Req, reason: dict, delta_text: str = "", delta_ids: list[int] | None = None) -> None:
+        if req.state is ReqState.FINISHED:
+            return
+        self.scheduler.finish(req)
+        self.reqs.pop(req.rid, None)
+        req.finish_reason = reason
+        c = self.counters
+        c.finished += 1
+        c.aborted += reason["type"] == "abort"
+        c.prompt_tokens += req.prompt_len
+        c.cached_tokens += req.cached_tokens
+        if req.sink is not None:
+            req.sink.put({"text": delta_text, "output_ids": delta_ids or [], "finished": True,
+                          "meta_info": self.meta_info(req)})
+
+    def meta_info(self, req: Req) -> dict:
+        now = time.perf_counter()
+        info = {
+            "id": req.rid,
+            "prompt_tokens": req.prompt_len,
+            "completion_tokens": len(req.output_ids),
+            "cached_tokens": req.cached_tokens,
+            "finish_reason": req.finish_reason,
+            "e2e_latency": now - req.created,
+            "decode_steps_saved": req.decode_steps_saved,
+        }
+        if req.first_token_time is not None:
+            info["ttft"] = req.first_token_time - req.created
+        if req.return_logprob:
+            info["input_token_logprobs"] = req.input_token_logprobs
+            info["output_token_logprobs"] = req.output_token_logprobs
+            if req.top_logprobs_num:
+                info["input_top_logprobs"] = req.input_top_logprobs
+                info["output_top_logprobs"] = req.output_top_logprobs
+        return info
+
+    def _fail_running(self, message: str) -> None:
+        for req in list(self.scheduler.running):
+            self._finish(req, {"type": "abort", "message": message})
+
+    # ------------------------------------------------------------ inspection
+    def flush_cache(self) -> bool:
+        """Drop every cached prefix (only when no request is running or waiting)."""
+        if self.scheduler.has_work():
+            return False
+        freed = self.cache.reset()
+        if len(freed):
+            self.allocator.free(freed)
+        return True
+
+    def stats(self) -> dict:
+        c = self.counters
+        cache_stats = self.cache.stats()
+        total = self.allocator.num_slots - 1
+        return {
+            "running": len(self.scheduler.running),
+            "waiting": len(self.scheduler.waiting),
+            "kv_slots_total": total,
+            "kv_slots_free": self.allocator.num_free,
+            "kv_slots_cached": cache_stats.cached_tokens,
+            "kv_usage": 1.0 - self.allocator.num_free / total,
+            "cache_nodes": cache_stats.num_nodes,
+            **{k: getattr(c, k) for k in c.__dataclass_fields__},
+        }

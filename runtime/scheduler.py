@@ -1,0 +1,294 @@
+"""Continuous-batching scheduler: which tokens of which requests the next forward computes.
+
+Policy code only: ints, numpy arrays and handles (STYLE.md lesson 2). Each step builds one batch of every
+running request's next tokens (decodes cost one token each) plus prefill chunks of waiting or partly
+prefilled requests, up to a token budget (chunked prefill). KV memory comes from the slot allocator; when it
+runs short the radix tree evicts unlocked leaves, and when that is not enough the newest running request is
+preempted: its computed KV goes into the tree (so re-admission often hits the cache) and it is re-queued at
+the front with its generated tokens kept, never dropped.
+
+Slot ownership invariant: every KV slot is exactly one of free (allocator), owned by the radix tree, or owned
+by one running request (positions [tree_len, kv_len) of its slot buffer).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from radixgen.runtime.request import Req, ReqState
+from radixgen.runtime.slot_buffer import SlotBuffer
+
+
+@dataclass
+class ScheduledReq:
+    req: Req
+    start: int  # first position computed (== req.kv_len when scheduled)
+    extend: int  # positions computed this step
+    sample: bool  # the step reaches the end of fill_ids: sample the next token from the last row
+    logits_from: int | None = None  # offset within the extend from which every row needs logits (prompt logprobs)
+
+
+@dataclass
+class ScheduleBatch:
+    items: list[ScheduledReq] = field(default_factory=list)
+    preempted: list[Req] = field(default_factory=list)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(it.extend for it in self.items)
+
+    @property
+    def is_decode(self) -> bool:
+        return all(it.extend == 1 for it in self.items)
+
+
+@dataclass
+class SchedulerLimits:
+    max_running_requests: int
+    max_prefill_tokens: int  # prefill tokens per step (decodes are not counted)
+    chunked_prefill_size: int  # per request per step; <= 0 disables chunking
+    max_context: int
+    schedule_policy: str = "lpm"
+    lpm_queue_limit: int = 128  # above this queue length, lpm falls back to fcfs (matching costs grow)
+    share_defer_threshold: int = 32  # defer a request whose uncached prefix is being computed by another
+
+
+class Scheduler:
+    """Waiting / running queues over a slot allocator, a req_to_token row pool and a prefix cache."""
+
+    def __init__(self, limits: SchedulerLimits, allocator, req_rows, prefix_cache) -> None:
+        self.limits = limits
+        self.allocator = allocator  # alloc(n) -> np.int64 array | None, free(slots), num_free
+        self.req_rows = req_rows  # alloc() -> int | None, free(row)
+        self.cache = prefix_cache  # RadixCache or NoPrefixCache
+        self.waiting: deque[Req] = deque()
+        self.running: list[Req] = []
+        self.slots: dict[str, SlotBuffer] = {}
+        self._admit_counter = itertools.count()
+        self.num_preemptions = 0
+
+    # ----------------------------------------------------------------- queues
+    def add(self, req: Req) -> None:
+        req.state = ReqState.WAITING
+        self.waiting.append(req)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def slot_view(self, req: Req, start: int = 0, stop: int | None = None) -> np.ndarray:
+        return self.slots[req.rid].view(start, stop)
+
+    # ------------------------------------------------------------- allocation
+    def _alloc(self, n: int) -> np.ndarray | None:
+        if n == 0:
+            return np.zeros(0, dtype=np.int64)
+        slots = self.allocator.alloc(n)
+        if slots is None:
+            short = n - self.allocator.num_free
+            freed = self.cache.evict(short)
+            if len(freed):
+                self.allocator.free(freed)
+            slots = self.allocator.alloc(n)
+        return slots
+
+    def available_tokens(self) -> int:
+        return self.allocator.num_free + self.cache.evictable_size()
+
+    # ------------------------------------------------------------ the step
+    def schedule(self) -> ScheduleBatch | None:
+        batch = ScheduleBatch()
+        budget = self.limits.max_prefill_tokens
+        chunk = self.limits.chunked_prefill_size if self.limits.chunked_prefill_size > 0 else 1 << 62
+
+        # 1. running requests: decodes first (one token each), then continuing chunks.
+        running = sorted(self.running, key=lambda r: (r.remaining > 1, r.admit_seq))
+        for req in running:
+            if req.state is not ReqState.RUNNING:
+                continue  # preempted earlier in this loop
+            n = min(req.remaining, chunk) if req.remaining > 1 else 1
+            if req.remaining > 1:
+                n = min(n, budget)
+                if n <= 0:
+                    continue
+            slots = self._alloc(n)
+            while slots is None and self._preempt_one(batch, keep=req):
+                slots = self._alloc(n)
+            if slots is None:
+                continue  # nothing left to preempt; try again next step
+            if req.remaining > 1:
+                budget -= n
+            self._extend(batch, req, slots)
+
+        # 2. admit waiting requests in policy order while budget and memory last.
+        if budget > 0 and self.waiting:
+            self._admit(batch, budget, chunk)
+        return batch if batch.items else None
+
+    def _extend(self, batch: ScheduleBatch, req: Req, slots: np.ndarray) -> None:
+        start, n = req.kv_len, len(slots)
+        buf = self.slots[req.rid]
+        buf.truncate(start)
+        buf.extend(slots)
+        logits_from = None
+        if req.logprob_start_len is not None and req.output_ids == [] and start + n > req.logprob_start_len - 1:
+            logits_from = max(req.logprob_start_len - 1 - start, 0)
+        batch.items.append(ScheduledReq(req, start, n, start + n == req.fill_len, logits_from))
+
+    def _admit(self, batch: ScheduleBatch, budget: int, chunk: int) -> None:
+        lim = self.limits
+        order = list(self.waiting)
+        matches: dict[str, object] = {}
+        if lim.schedule_policy == "lpm" and len(order) <= lim.lpm_queue_limit:
+            for req in order:
+                matches[req.rid] = self._match(req)
+            order.sort(key=lambda r: -matches[r.rid].length)
+        inflight = _InflightPrefixes()
+        for r in self.running:
+            if r.remaining > 1:
+                inflight.add(r)
+        admitted: set[str] = set()
+        for req in order:
+            if budget <= 0 or len(self.running) >= lim.max_running_requests:
+                break
+            if req.abort_requested:
+                continue
+            m = self._match(req)  # fresh: eviction for earlier admissions may have changed the tree
+            # In-queue prefix sharing: if another request is computing a longer shared prefix right now,
+            # wait one step and take it from the cache instead of computing it again.
+            shared = inflight.shared_len(req)
+            if shared - m.length >= lim.share_defer_threshold:
+                continue
+            row = self.req_rows.alloc()
+            if row is None:
+                break
+            prefix_len = m.length
+            n = min(req.fill_len - prefix_len, chunk, budget)
+            self.cache.lock(m.node)
+            slots = self._alloc(n)
+            if slots is None:
+                self.cache.unlock(m.node)
+                self.req_rows.free(row)
+                break
+            buf = SlotBuffer(req.fill_len + 16)
+            buf.extend(np.asarray(m.slots, dtype=np.int64))
+            self.slots[req.rid] = buf
+            req.req_pool_idx, req.node, req.tree_len, req.kv_len = row, m.node, prefix_len, prefix_len
+            req.synced_len = 0
+            if not req.admitted_once:
+                req.cached_tokens = prefix_len
+                req.admitted_once = True
+            req.admit_seq = next(self._admit_counter)
+            req.state = ReqState.RUNNING
+            self.running.append(req)
+            admitted.add(req.rid)
+            budget -= n
+            self._extend(batch, req, slots)
+            inflight.add(req)
+        if admitted:
+            self.waiting = deque(r for r in self.waiting if r.rid not in admitted)
+
+    def _match(self, req: Req):
+        ids = req.fill_ids()
+        limit = req.fill_len - 1  # always compute at least one token: its logits are sampled
+        floor = req.scoring_floor
+        if floor is not None:
+            limit = min(limit, floor)
+        return self.cache.match_prefix(ids[:limit], namespace=req.namespace)
+
+    # ----------------------------------------------------------- after forward
+    def commit(self, batch: ScheduleBatch) -> None:
+        """Record the computed positions; share finished prefill chunks through the tree."""
+        for it in batch.items:
+            it.req.kv_len = it.start + it.extend
+            if it.extend > 1:
+                self._cache_computed(it.req)
+
+    def _cache_computed(self, req: Req) -> None:
+        """Insert positions [0, kv_len) into the tree; free our duplicates; re-lock the deeper node."""
+        ids = req.fill_ids()[: req.kv_len]
+        buf = self.slots[req.rid]
+        res = self.cache.insert(ids, buf.view(0, req.kv_len), namespace=req.namespace)
+        if res.cached_len > req.tree_len:
+            self.allocator.free(buf.view(req.tree_len, res.cached_len).copy())
+        if res.stored_len <= req.tree_len:
+            return  # nothing new went into the tree (caching off, or a partial page)
+        m = self.cache.match_prefix(ids[: res.stored_len], namespace=req.namespace)
+        buf.replace(0, np.asarray(m.slots, dtype=np.int64))
+        self.cache.lock(m.node)
+        self.cache.unlock(req.node)
+        req.node, req.tree_len = m.node, m.length
+        req.synced_len = 0  # row entries were replaced by the tree's slots
+
+    # --------------------------------------------------------------- release
+    def finish(self, req: Req) -> None:
+        """Release everything a running request holds; its computed KV goes into the tree."""
+        if req.state is ReqState.RUNNING:
+            self._release(req)
+        elif req in self.waiting:
+            self.waiting.remove(req)
+        req.state = ReqState.FINISHED
+
+    def _release(self, req: Req) -> None:
+        """Give the computed KV to the tree (which keeps what it stores) and free the rest."""
+        buf = self.slots.pop(req.rid)
+        res = self.cache.insert(req.fill_ids()[: req.kv_len], buf.view(0, req.kv_len), namespace=req.namespace)
+        if res.cached_len > req.tree_len:
+            self.allocator.free(buf.view(req.tree_len, res.cached_len).copy())
+        tail = buf.view(max(res.stored_len, req.tree_len))
+        if len(tail):
+            self.allocator.free(tail.copy())
+        self.cache.unlock(req.node)
+        self.req_rows.free(req.req_pool_idx)
+        req.node, req.req_pool_idx, req.tree_len, req.kv_len = None, None, 0, 0
+        if req in self.running:
+            self.running.remove(req)
+
+    def _preempt_one(self, batch: ScheduleBatch, keep: Req) -> bool:
+        """Preempt the newest running request (not `keep`, not already in this batch)."""
+        in_batch = {it.req.rid for it in batch.items}
+        victims = [r for r in self.running if r is not keep and r.rid not in in_batch]
+        if not victims:
+            return False
+        victim = max(victims, key=lambda r: r.admit_seq)
+        self._release(victim)
+        victim.state = ReqState.WAITING
+        self.waiting.appendleft(victim)
+        batch.preempted.append(victim)
+        self.num_preemptions += 1
+        return True
+
+    def abort(self, req: Req) -> None:
+        self.finish(req)
+
+    # ---------------------------------------------------------------- checks
+    def owned_slot_count(self) -> int:
+        return sum(r.kv_len - r.tree_len for r in self.running) + sum(
+            len(self.slots[r.rid]) - r.kv_len for r in self.running
+        )
+
+
+class _InflightPrefixes:
+    """Token sequences being computed this step, to detect waiting requests that share their prefix."""
+
+    def __init__(self) -> None:
+        self._seqs: list[tuple[object, np.ndarray]] = []
+
+    def add(self, req: Req) -> None:
+        self._seqs.append((req.namespace, req.fill_ids()))
+
+    def shared_len(self, req: Req) -> int:
+        ids = req.fill_ids()
+        best = 0
+        for ns, seq in self._seqs:
+            if ns != req.namespace:
+                continue
+            n = min(len(seq), len(ids) - 1)
+            if n <= best:
+                continue
+            neq = np.flatnonzero(seq[:n] != ids[:n])
+            best = max(best, int(neq[0]) if len(neq) else n)
+        return best

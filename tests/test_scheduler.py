@@ -1,0 +1,162 @@
+"""Scheduler policy tests with no model: a fake forward appends a token per sampled request.
+
+Checks budgets, chunked prefill, cache reuse, in-queue prefix sharing, preemption under memory pressure, and
+the slot-ownership invariant (free + tree + owned == total) after every step.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from radixgen.radix import NoPrefixCache, RadixCache
+from radixgen.runtime.kv_pool import ReqToTokenPool, SlotAllocator
+from radixgen.runtime.request import Req, ReqState
+from radixgen.runtime.scheduler import Scheduler, SchedulerLimits
+
+
+class _Params:
+    def __init__(self, max_new_tokens: int) -> None:
+        self.max_new_tokens = max_new_tokens
+
+
+def make(slots=4096, cache=True, max_prefill=64, chunk=32, max_running=16, policy="lpm"):
+    limits = SchedulerLimits(max_running_requests=max_running, max_prefill_tokens=max_prefill,
+                             chunked_prefill_size=chunk, max_context=1024, schedule_policy=policy)
+    alloc = SlotAllocator(slots + 1)
+    rows = ReqToTokenPool(max_running + 4, 1025, "cpu")
+    tree = RadixCache() if cache else NoPrefixCache()
+    return Scheduler(limits, alloc, rows, tree), alloc, tree
+
+
+def req(rid, ids, max_new=4):
+    return Req(rid=rid, origin_ids=np.asarray(ids, dtype=np.int64), params=_Params(max_new))
+
+
+def check_slots(s: Scheduler, alloc: SlotAllocator, tree) -> None:
+    owned = sum(len(s.slots[r.rid]) - r.tree_len for r in s.running)
+    assert alloc.num_free + tree.stats().cached_tokens + owned == alloc.num_slots - 1
+    tree.check_integrity()
+    seen = [tree.all_slots()] + [s.slots[r.rid].view(r.tree_len) for r in s.running]
+    allslots = np.concatenate(seen) if seen else np.zeros(0)
+    assert len(np.unique(allslots)) == len(allslots), "a slot is owned twice"
+
+
+def run(s, alloc, tree, steps=500, on_batch=None):
+    """Drive the scheduler with a fake forward; returns finished reqs in finish order."""
+    finished = []
+    for _ in range(steps):
+        batch = s.schedule()
+        if batch is None:
+            if not s.has_work():
+                break
+            continue
+        if on_batch:
+            on_batch(batch)
+        s.commit(batch)
+        for it in batch.items:
+            if it.sample:
+                r = it.req
+                r.output_ids.append(1000 + len(r.output_ids))
+                if len(r.output_ids) >= r.params.max_new_tokens:
+                    s.finish(r)
+                    finished.append(r)
+        check_slots(s, alloc, tree)
+    assert not s.has_work()
+    return finished
+
+
+def test_prefill_budget_and_chunking():
+    s, alloc, tree = make(max_prefill=40, chunk=16)
+    r = req("a", range(100), max_new=2)
+    s.add(r)
+    sizes = []
+    run(s, alloc, tree, on_batch=lambda b: sizes.append([it.extend for it in b.items]))
+    # 100 prompt tokens in chunks of <= 16, then 1 decode token.
+    assert sizes[:7] == [[16]] * 6 + [[4]]
+    assert sizes[-1] == [1]
+    assert r.state is ReqState.FINISHED
+
+
+def test_decodes_run_beside_prefill_chunks():
+    s, alloc, tree = make(max_prefill=16, chunk=16)
+    a = req("a", range(8), max_new=10)
+    s.add(a)
+    s.commit(b := s.schedule())
+    a.output_ids.append(5)
+    s.add(req("b", range(100, 164), max_new=1))
+    batch = s.schedule()
+    kinds = sorted((it.req.rid, it.extend) for it in batch.items)
+    assert kinds == [("a", 1), ("b", 16)]  # the long prompt never stalls a's decode
+
+
+def test_second_request_hits_cache():
+    s, alloc, tree = make()
+    prompt = list(range(50))
+    first = req("a", prompt)
+    s.add(first)
+    run(s, alloc, tree)
+    second = req("b", prompt + [7, 8])
+    s.add(second)
+    run(s, alloc, tree)
+    assert first.cached_tokens == 0
+    assert second.cached_tokens == 50
+
+
+def test_no_cache_stand_in_shares_nothing_and_leaks_nothing():
+    s, alloc, tree = make(cache=False)
+    for i in range(3):
+        s.add(req(f"r{i}", list(range(40))))
+    done = run(s, alloc, tree)
+    assert [r.cached_tokens for r in done] == [0, 0, 0]
+    assert alloc.num_free == alloc.num_slots - 1
+
+
+def test_in_queue_prefix_sharing_defers_duplicates():
+    s, alloc, tree = make(max_prefill=512, chunk=512)
+    shared = list(range(200))
+    for i in range(4):
+        s.add(req(f"q{i}", shared + [500 + i]))
+    computed = []
+    run(s, alloc, tree, on_batch=lambda b: computed.append(b.num_tokens))
+    # The shared 200 tokens are computed once, then each request computes its own suffix.
+    assert sum(computed) < 200 + 4 * 10 + 4 * 4
+
+
+def test_lpm_orders_by_cached_prefix():
+    s, alloc, tree = make(max_running=1, policy="lpm")
+    s.add(req("warm", list(range(30)), max_new=1))
+    run(s, alloc, tree)
+    s.add(req("cold", list(range(100, 130)), max_new=1))
+    s.add(req("hot", list(range(30)) + [1, 2], max_new=1))
+    order = []
+    run(s, alloc, tree, on_batch=lambda b: order.extend(it.req.rid for it in b.items if it.req.rid not in order))
+    assert order == ["hot", "cold"]
+
+
+@pytest.mark.parametrize("cache", [True, False])
+def test_memory_pressure_preempts_and_finishes_everything(cache):
+    s, alloc, tree = make(slots=120, cache=cache, max_prefill=64, chunk=64)
+    reqs = [req(f"r{i}", [i] * 30 + list(range(10)), max_new=20) for i in range(6)]
+    for r in reqs:
+        s.add(r)
+    done = run(s, alloc, tree, steps=5000)
+    assert {r.rid for r in done} == {r.rid for r in reqs}
+    assert all(len(r.output_ids) == 20 for r in reqs)
+    assert s.num_preemptions > 0
+    freed = tree.reset()
+    alloc.free(freed)
+    assert alloc.num_free == alloc.num_slots - 1
+
+
+def test_abort_waiting_and_running_release_everything():
+    s, alloc, tree = make()
+    a, b = req("a", range(20), max_new=50), req("b", range(30, 60), max_new=50)
+    s.add(a)
+    s.add(b)
+    s.commit(s.schedule())
+    s.abort(a)
+    s.abort(b)
+    assert not s.has_work()
+    alloc.free(tree.reset())
+    assert alloc.num_free == alloc.num_slots - 1
