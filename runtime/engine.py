@@ -24,6 +24,15 @@ from radixgen.runtime.request import Req
 log = logging.getLogger("radixgen.engine")
 
 
+def load_tokenizer(path):
+    """The tokenizer of a model folder or GGUF file."""
+    from radixgen.runtime.tokenizer import Tokenizer
+
+    if path is None:
+        raise ValueError("a dummy model without a model folder needs tokenizer_path=")
+    return Tokenizer.from_file(str(path))
+
+
 class Engine:
     """An in-process engine. `Engine(model_path=None, **options)`; options are EngineConfig's fields."""
 
@@ -35,7 +44,7 @@ class Engine:
         logging.getLogger("radixgen").setLevel(self.config.log_level.upper())
         self.runner = ModelRunner(self.config)
         self.model_config = self.runner.model_config
-        self.tokenizer = self.runner.tokenizer
+        self.tokenizer = load_tokenizer(self.config.tokenizer_path or self.runner.model_path)
         self.vocab = self._build_vocabulary()
         self.core = EngineCore(self.config, self.runner, self.tokenizer, self.vocab)
         self._compile_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="radixgen-compile")

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, fields
 @dataclass
 class EngineConfig:
     model_path: str | None = None  # HF folder, .gguf file, or None for the default model
+    tokenizer_path: str | None = None  # default: the model's own (folder's tokenizer.json or GGUF metadata)
     load_format: str = "auto"  # auto | safetensors | gguf | dummy
     dtype: str = "auto"  # auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16 | float16
     device: str = "auto"  # auto | cpu | cuda

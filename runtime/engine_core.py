@@ -18,8 +18,8 @@ import torch
 
 from radixgen.runtime.batch_builder import LogitRows, build_forward_batch
 from radixgen.runtime.engine_config import EngineConfig
-from radixgen.runtime.kv_pool import ReqToTokenPool, SlotAllocator
 from radixgen.runtime.request import Req, ReqState
+from radixgen.runtime.sampling_batch import SamplingBatch
 from radixgen.runtime.scheduler import ScheduleBatch, Scheduler, SchedulerLimits
 
 log = logging.getLogger("radixgen.engine")
@@ -52,10 +52,9 @@ class EngineCore:
         self.vocab = vocab  # radixgen.grammars.Vocabulary or None
         self.device = runner.device
         self.vocab_size = runner.model_config.vocab_size
-        self.max_context = runner.max_context
-        num_slots = runner.kv_pool.num_slots
-        self.allocator = SlotAllocator(num_slots)
-        self.req_rows = ReqToTokenPool(config.max_running_requests + 8, self.max_context + 1, self.device)
+        self.max_context = runner.context_length
+        self.allocator = runner.slot_allocator
+        self.req_rows = runner.req_to_token_pool
         cache_enabled = not config.disable_radix_cache
         self.cache = RadixCache(page_size=config.page_size) if cache_enabled else NoPrefixCache()
         limits = SchedulerLimits(
@@ -184,18 +183,34 @@ class EngineCore:
                     req.input_top_logprobs.append(list(zip(v, ix)))
 
     def _sample_and_advance(self, batch: ScheduleBatch, rows: LogitRows, logits: torch.Tensor) -> None:
-        sel = [i for i, it in enumerate(batch.items) if it.sample]
+        sel = []
+        for i, it in enumerate(batch.items):
+            if not it.sample:
+                continue
+            if self._token_budget(it.req) <= 0:  # max_new_tokens=0: prefill (and score) only
+                self._finish(it.req, {"type": "length", "matched": None})
+            else:
+                sel.append(i)
         if not sel:
             return
         reqs = [batch.items[i].req for i in sel]
         row_idx = torch.from_numpy(rows.sample_row[sel]).to(logits.device)
         sample_logits = logits.index_select(0, row_idx)
         mask, mask_rows = self._grammar_masks(reqs)
-        out = self.sampler.sample(reqs, sample_logits, mask, mask_rows)
-        tokens = out.tokens.tolist()
+        sb = SamplingBatch.build(
+            [r.params for r in reqs], self.vocab_size, self.device, eos_token_ids=self.tokenizer.eos_token_ids,
+            prompt_ids=[r.origin_ids for r in reqs], output_ids=[r.output_ids for r in reqs],
+            return_logprob=[r.return_logprob for r in reqs], top_logprobs_num=[r.top_logprobs_num for r in reqs])
+        out = self.sampler.sample(sb, sample_logits, mask, mask_rows)
+        tokens = out.next_token_ids.tolist()
+        logprobs = out.next_token_logprobs.tolist() if out.next_token_logprobs is not None else None
+        tops = None
+        if out.top_logprobs_values is not None:
+            tops = [list(zip(v, i)) for v, i in zip(out.top_logprobs_values.tolist(), out.top_logprobs_ids.tolist())]
         for j, req in enumerate(reqs):
             try:
-                self._on_token(req, tokens[j], out, j)
+                self._on_token(req, tokens[j], logprobs[j] if logprobs else None,
+                               tops[j][: req.top_logprobs_num] if tops else None)
             except Exception as exc:  # one failing request never takes its batch down
                 log.exception("request %s failed", req.rid)
                 self._finish(req, {"type": "abort", "message": f"{type(exc).__name__}: {exc}"})
@@ -212,15 +227,15 @@ class EngineCore:
             m.fill_mask(mask[k, :width])
         return torch.from_numpy(mask).to(self.device), torch.tensor(rows, dtype=torch.int64, device=self.device)
 
-    def _on_token(self, req: Req, token: int, out, j: int) -> None:
+    def _on_token(self, req: Req, token: int, logprob: float | None, top: list | None) -> None:
         if req.state is not ReqState.RUNNING:
             return
         if req.first_token_time is None:
             req.first_token_time = time.perf_counter()
         if req.return_logprob:
-            req.output_token_logprobs.append((out.logprobs[j], token))
+            req.output_token_logprobs.append((logprob, token))
             if req.top_logprobs_num:
-                req.output_top_logprobs.append(out.top_logprobs[j])
+                req.output_top_logprobs.append(top)
         new_ids = [token]
         if req.matcher is not None:
             if not req.matcher.advance(token):

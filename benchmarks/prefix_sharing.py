@@ -1,0 +1,132 @@
+"""Prefix sharing: SGLang-paper-shaped workloads with the radix cache on and off, on the same engine build.
+
+Workloads: a shared few-shot prefix with many questions, 4-turn chats, a tree-of-thought fan-out, and no
+sharing at all (the overhead check). For each: tokens prefilled (through the model), cache hit rate against the
+best achievable hit rate (computed offline from the prompts: every token of a prompt that is a prefix of an
+earlier-submitted sequence), and wall time with the cache on vs off.
+
+    python benchmarks/prefix_sharing.py [--model PATH] [--scale 1.0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+
+import numpy as np
+
+from radixgen.runtime.engine import Engine
+
+WORDS = ("alpha beta gamma delta epsilon river mountain city forest ocean model token prefix cache tree "
+         "question answer because therefore system user assistant fast slow bright dark").split()
+
+
+def sentence(rng: random.Random, n: int) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(n)) + "."
+
+
+def few_shot(rng: random.Random, scale: float) -> list[list[str]]:
+    shots = "".join(f"Q: {sentence(rng, 12)}\nA: {sentence(rng, 8)}\n\n" for _ in range(5))
+    return [[shots + f"Q: {sentence(rng, 10)}\nA:"] for _ in range(int(24 * scale))]
+
+
+def chats(rng: random.Random, scale: float) -> list[list[str]]:
+    """Each conversation is a list of turns; turn k's prompt extends turn k-1's prompt + answer."""
+    convs = []
+    for _ in range(int(6 * scale)):
+        turns, ctx = [], f"System: {sentence(rng, 20)}\n"
+        for _ in range(4):
+            ctx += f"User: {sentence(rng, 15)}\nAssistant:"
+            turns.append(ctx)
+            ctx += " {answer}\n"
+        convs.append(turns)
+    return convs
+
+
+def tree_of_thought(rng: random.Random, scale: float) -> list[list[str]]:
+    root = f"Problem: {sentence(rng, 40)}\n"
+    out = []
+    for i in range(int(4 * scale)):
+        branch = root + f"Thought {i}: {sentence(rng, 10)}\n"
+        out.append([branch + f"Step {j}: {sentence(rng, 6)}\nEvaluate:" for j in range(4)])
+    return out
+
+
+def no_sharing(rng: random.Random, scale: float) -> list[list[str]]:
+    return [[f"{i} " + sentence(rng, 60)] for i in range(int(16 * scale))]
+
+
+def lcp(a: np.ndarray, b: np.ndarray) -> int:
+    n = min(len(a), len(b))
+    neq = np.flatnonzero(a[:n] != b[:n])
+    return int(neq[0]) if len(neq) else n
+
+
+def best_hit_tokens(prompt: np.ndarray, seen: list[np.ndarray]) -> int:
+    """Most tokens of `prompt` any cache could serve: its longest common prefix with an earlier sequence
+    (at least one token must still be computed to get logits)."""
+    return min(max((lcp(prompt, s) for s in seen), default=0), len(prompt) - 1)
+
+
+def run_workload(engine: Engine, groups: list[list[str]], max_new: int) -> dict:
+    """Groups run one after another in waves (turn k of every conversation together), like real traffic."""
+    params = {"max_new_tokens": max_new, "temperature": 0, "ignore_eos": True}
+    before = engine.get_stats()
+    t0 = time.perf_counter()
+    seen: list[np.ndarray] = []  # sequences whose KV existed before (earlier waves: prompt + output)
+    cached = prompt_tokens = optimum = 0
+    depth = max(len(g) for g in groups)
+    answers: dict[int, str] = {}
+    for k in range(depth):
+        wave_idx = [i for i, g in enumerate(groups) if k < len(g)]
+        wave = [groups[i][k].replace("{answer}", answers.get(i, "")) for i in wave_idx]
+        outs = engine.generate(wave, params)
+        wave_seen: list[np.ndarray] = []
+        for i, p, o in zip(wave_idx, wave, outs):
+            answers[i] = o["text"]
+            cached += o["meta_info"]["cached_tokens"]
+            prompt_tokens += o["meta_info"]["prompt_tokens"]
+            ids = np.asarray(engine.tokenizer.encode(p), dtype=np.int64)
+            optimum += best_hit_tokens(ids, seen + wave_seen)  # same-wave prompts can share too
+            wave_seen.append(ids)
+            seen.append(np.concatenate([ids, np.asarray(o["output_ids"], dtype=np.int64)]))
+    wall = time.perf_counter() - t0
+    after = engine.get_stats()
+    return {"wall": wall, "forward_tokens": after["forward_tokens"] - before["forward_tokens"],
+            "hit_rate": cached / max(prompt_tokens, 1), "optimum": optimum / max(prompt_tokens, 1),
+            "prompt_tokens": prompt_tokens}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default=None)
+    ap.add_argument("--scale", type=float, default=1.0)
+    ap.add_argument("--max-new-tokens", type=int, default=8)
+    args = ap.parse_args()
+    workloads = {"few-shot": few_shot, "4-turn chat": chats, "tree-of-thought": tree_of_thought,
+                 "no sharing": no_sharing}
+    rows = []
+    for name, make in workloads.items():
+        result = {}
+        for cache_on in (True, False):
+            engine = Engine(args.model, disable_radix_cache=not cache_on)
+            groups = make(random.Random(0), args.scale)
+            run_workload(engine, [[groups[0][0]]], 1)  # warm-up (kernels, allocator)
+            engine.flush_cache()
+            result[cache_on] = run_workload(engine, groups, args.max_new_tokens)
+            engine.shutdown()
+        on, off = result[True], result[False]
+        optimum = on["optimum"]
+        rows.append((name, on["prompt_tokens"], on["forward_tokens"], off["forward_tokens"], on["hit_rate"],
+                     optimum, off["wall"] / on["wall"], on["wall"], off["wall"]))
+    print(f"{'workload':<16} {'prompt tok':>10} {'fwd tok on':>10} {'fwd tok off':>11} {'hit rate':>8} "
+          f"{'optimum':>8} {'of opt':>7} {'speedup':>7} {'on s':>7} {'off s':>7}")
+    for name, pt, fon, foff, hr, opt, sp, won, woff in rows:
+        frac = hr / opt if opt > 0 else float("nan")
+        print(f"{name:<16} {pt:>10} {fon:>10} {foff:>11} {hr:>8.1%} {opt:>8.1%} {frac:>7.1%} {sp:>6.2f}x "
+              f"{won:>7.2f} {woff:>7.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,182 @@
+"""The engine on the real default model (CPU): batching equivalence, prefix caching, memory pressure,
+sampling reproducibility, stop strings and abort. Counts and equalities only, never timings."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from radixgen.runtime.engine import Engine
+
+GREEDY = {"temperature": 0, "max_new_tokens": 12, "ignore_eos": True}
+
+PROMPTS = [
+    "The capital of France is",
+    "The capital of France is Paris. The capital of Italy is",
+    "def fibonacci(n):",
+    "Once upon a time, in a small village by the sea, there lived an old fisherman who",
+    "1, 2, 3, 4,",
+]
+
+
+@pytest.fixture(scope="module")
+def engine(default_model_path):
+    eng = Engine(str(default_model_path), chunked_prefill_size=16, max_prefill_tokens=64)
+    yield eng
+    eng.shutdown()
+
+
+@pytest.fixture(scope="module")
+def singles(engine):
+    """Each prompt alone, greedy, on an empty cache: the reference outputs."""
+    out = []
+    for p in PROMPTS:
+        engine.flush_cache()
+        out.append(engine.generate(p, GREEDY)["output_ids"])
+    return out
+
+
+def test_batched_equals_one_at_a_time(engine, singles):
+    engine.flush_cache()
+    batched = engine.generate(PROMPTS, GREEDY)
+    assert [r["output_ids"] for r in batched] == singles
+    # Again with everything cached (shared prefixes read in place).
+    again = engine.generate(PROMPTS, GREEDY)
+    assert [r["output_ids"] for r in again] == singles
+    assert all(r["meta_info"]["cached_tokens"] > 0 for r in again)
+
+
+def test_unchunked_engine_gives_the_same_tokens(default_model_path, singles):
+    with Engine(str(default_model_path), chunked_prefill_size=0, disable_radix_cache=True) as eng:
+        outs = eng.generate(PROMPTS, GREEDY)
+    assert [r["output_ids"] for r in outs] == singles
+
+
+def test_multi_turn_chat_reuses_the_whole_previous_context(engine):
+    engine.flush_cache()
+    tok = engine.tokenizer
+    ids: list[int] = tok.encode("System: you are terse.\nUser: hello\nAssistant:")
+    for turn in range(4):
+        before = engine.get_stats()["forward_tokens"]
+        out = engine.generate(input_ids=ids, sampling_params={"temperature": 0, "max_new_tokens": 6,
+                                                               "ignore_eos": True})
+        computed = engine.get_stats()["forward_tokens"] - before
+        cached = out["meta_info"]["cached_tokens"]
+        if turn == 0:
+            assert cached == 0
+        else:
+            # Everything but the previous turn's last sampled token (never fed through the model) is cached.
+            assert cached == prev_context - 1
+        # The model computed only the uncached prompt tokens plus one per decode step.
+        assert computed == (len(ids) - cached) + (len(out["output_ids"]) - 1)
+        prev_context = len(ids) + len(out["output_ids"])
+        ids = ids + out["output_ids"] + tok.encode(f"\nUser: tell me more ({turn})\nAssistant:")
+
+
+def test_cache_off_caches_nothing(default_model_path):
+    with Engine(str(default_model_path), disable_radix_cache=True) as eng:
+        a = eng.generate("Hello there, how are", GREEDY)
+        b = eng.generate("Hello there, how are", GREEDY)
+        assert a["meta_info"]["cached_tokens"] == b["meta_info"]["cached_tokens"] == 0
+        assert a["output_ids"] == b["output_ids"]
+
+
+def test_small_kv_pool_evicts_and_preempts_with_same_outputs(default_model_path, singles):
+    with Engine(str(default_model_path), max_total_tokens=96, chunked_prefill_size=16,
+                max_prefill_tokens=32) as eng:
+        outs = eng.generate(PROMPTS * 2, GREEDY)
+        stats = eng.get_stats()
+        assert [r["output_ids"] for r in outs] == singles * 2
+        assert stats["preemptions"] > 0 or stats["kv_slots_cached"] < 96
+        assert eng.flush_cache()
+        stats = eng.get_stats()
+        assert stats["kv_slots_free"] == stats["kv_slots_total"]  # no leak
+
+
+def test_seeded_sampling_is_reproducible_across_batches(engine):
+    params = {"temperature": 0.9, "top_p": 0.95, "max_new_tokens": 10, "seed": 1234, "ignore_eos": True}
+    alone = engine.generate(PROMPTS[0], params)["output_ids"]
+    mixed = engine.generate([PROMPTS[3], PROMPTS[0], PROMPTS[2]],
+                            [GREEDY, params, {"temperature": 1.0, "max_new_tokens": 5}])
+    assert mixed[1]["output_ids"] == alone
+    other_seed = engine.generate(PROMPTS[0], {**params, "seed": 99})["output_ids"]
+    assert other_seed != alone  # different seed, (overwhelmingly likely) different draw
+
+
+def test_stop_string_spanning_tokens_is_trimmed(engine):
+    full = engine.generate(PROMPTS[4], GREEDY)
+    text = full["text"]
+    assert len(text) > 6
+    stop = text[3:6]  # a stop string that likely straddles token boundaries
+    out = engine.generate(PROMPTS[4], {**GREEDY, "stop": [stop]})
+    assert out["meta_info"]["finish_reason"] == {"type": "stop", "matched": stop}
+    assert out["text"] == text[: text.index(stop)]
+
+
+def test_stop_token_ids_and_length(engine):
+    full = engine.generate(PROMPTS[2], GREEDY)
+    target = full["output_ids"][4]
+    out = engine.generate(PROMPTS[2], {**GREEDY, "stop_token_ids": [target]})
+    assert out["meta_info"]["finish_reason"]["type"] == "stop"
+    assert out["meta_info"]["finish_reason"]["matched"] == target
+    assert full["meta_info"]["finish_reason"]["type"] == "length"
+
+
+def test_abort_midway_releases_everything(engine):
+    engine.flush_cache()
+    chunks = []
+    stream = engine.generate(PROMPTS[3], {**GREEDY, "max_new_tokens": 200}, stream=True)
+    for chunk in stream:
+        chunks.append(chunk)
+        if len(chunks) == 3:
+            engine.abort(_rid_of(engine))
+            break
+    stream.close()
+    _wait_idle(engine)
+    assert engine.flush_cache()
+    stats = engine.get_stats()
+    assert stats["kv_slots_free"] == stats["kv_slots_total"]
+
+
+def test_streaming_concatenates_to_the_full_text(engine):
+    full = engine.generate(PROMPTS[1], GREEDY)
+    chunks = list(engine.generate(PROMPTS[1], GREEDY, stream=True))
+    assert "".join(c["text"] for c in chunks) == full["text"]
+    assert chunks[-1]["finished"] and chunks[-1]["meta_info"]["completion_tokens"] == 12
+
+
+def test_invalid_parameters_are_refused_with_the_field_name(engine):
+    with pytest.raises(ValueError, match="temperature"):
+        engine.generate("hi", {"temperature": -1})
+    with pytest.raises(ValueError, match="top_p"):
+        engine.generate("hi", {"top_p": 0})
+    with pytest.raises(ValueError, match="context"):
+        engine.generate(input_ids=[1] * (engine.context_length + 5), sampling_params=GREEDY)
+
+
+def test_prompt_logprobs_score_the_continuation(engine):
+    tok = engine.tokenizer
+    prefix = tok.encode("The capital of France is")
+    good = engine.generate(input_ids=prefix + tok.encode(" Paris", add_special_tokens=False),
+                           sampling_params={"max_new_tokens": 0}, logprob_start_len=len(prefix))
+    bad = engine.generate(input_ids=prefix + tok.encode(" Banana", add_special_tokens=False),
+                          sampling_params={"max_new_tokens": 0}, logprob_start_len=len(prefix))
+    lp_good = sum(x[0] for x in good["meta_info"]["input_token_logprobs"] if x[0] is not None)
+    lp_bad = sum(x[0] for x in bad["meta_info"]["input_token_logprobs"] if x[0] is not None)
+    assert lp_good > lp_bad
+
+
+def _rid_of(engine):
+    running = engine.core.call(lambda: [r.rid for r in engine.core.scheduler.running])
+    return running[0]
+
+
+def _wait_idle(engine, timeout=30.0):
+    done = threading.Event()
+    for _ in range(int(timeout * 10)):
+        s = engine.get_stats()
+        if s["running"] == 0 and s["waiting"] == 0:
+            return
+        done.wait(0.1)
+    raise AssertionError("engine did not become idle")
