@@ -14,7 +14,7 @@ import torch
 def _attend_one(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_pos: torch.Tensor, sm_scale: float,
                 sliding_window: int | None) -> torch.Tensor:
     """q [n, Hq, D] at positions q_pos [n]; k, v [L, Hkv, D] at positions 0..L-1 -> [n, Hq, D] (fp32 math)."""
-    n, hq, d = q.shape
+    hq = q.shape[1]
     hkv = k.shape[1]
     group = hq // hkv
     kf = k.float().repeat_interleave(group, dim=1)  # [L, Hq, D]

@@ -1,22 +1,133 @@
-"""One dispatch point per op: Triton on CUDA tensors, the torch reference elsewhere.
+"""One dispatch point per op: the Triton kernel for CUDA tensors, the torch reference elsewhere.
 
-(Triton implementations are registered here as they land; until then every op is the reference.)
+Every op here has exactly its reference twin's signature. Triton is chosen when the op's first tensor is on a
+CUDA device, Triton imports, and the environment does not set RADIXGEN_FORCE_REFERENCE=1 (read at each call,
+so a test or a debugging session can flip it). The Triton modules are imported on first CUDA use only, so
+CPU-only users never pay for importing Triton.
 """
 
 from __future__ import annotations
 
-from radixgen.kernels.attention_ref import (
-    decode_attention_reference as decode_attention,
-    extend_attention_reference as extend_attention,
-    store_kv_reference as store_kv,
-)
-from radixgen.kernels.elementwise_ref import (
-    apply_rotary_reference as apply_rotary,
-    apply_token_bitmask_reference as apply_token_bitmask,
-    fused_add_rmsnorm_reference as fused_add_rmsnorm,
-    rmsnorm_reference as rmsnorm,
-    silu_and_mul_reference as silu_and_mul,
-)
+import functools
+import importlib
+import os
+from types import SimpleNamespace
 
-__all__ = ["apply_rotary", "apply_token_bitmask", "decode_attention", "extend_attention", "fused_add_rmsnorm",
-           "rmsnorm", "silu_and_mul", "store_kv"]
+import torch
+from radixgen.kernels import attention_ref, elementwise_ref
+from torch import Tensor
+
+FORCE_REFERENCE_ENV = "RADIXGEN_FORCE_REFERENCE"
+
+# op name -> (Triton module, function name in it)
+_TRITON_IMPLS = {
+    "extend_attention": ("extend_attention_triton", "extend_attention_triton"),
+    "decode_attention": ("decode_attention_triton", "decode_attention_triton"),
+    "store_kv": ("store_kv_triton", "store_kv_triton"),
+    "rmsnorm": ("norm_triton", "rmsnorm_triton"),
+    "fused_add_rmsnorm": ("norm_triton", "fused_add_rmsnorm_triton"),
+    "apply_rotary": ("rotary_triton", "apply_rotary_triton"),
+    "silu_and_mul": ("activation_triton", "silu_and_mul_triton"),
+    "apply_token_bitmask": ("bitmask_triton", "apply_token_bitmask_triton"),
+}
+
+
+@functools.lru_cache(maxsize=1)
+def triton_ops() -> SimpleNamespace | None:
+    """The Triton implementations by op name, or None when Triton cannot be imported."""
+    try:
+        found = {}
+        for op, (module, fn) in _TRITON_IMPLS.items():
+            found[op] = getattr(importlib.import_module(f"radixgen.kernels.{module}"), fn)
+        return SimpleNamespace(**found)
+    except ImportError:
+        return None
+
+
+def use_triton(t: Tensor) -> bool:
+    """True when an op on `t` should run its Triton kernel."""
+    return t.is_cuda and os.environ.get(FORCE_REFERENCE_ENV) != "1" and triton_ops() is not None
+
+
+def _supported_head_dim(head_dim: int) -> bool:
+    # tl.arange needs a power of two, and tensor-core dots need at least 16
+    return head_dim >= 16 and head_dim & (head_dim - 1) == 0
+
+
+def extend_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, req_to_token: Tensor, req_pool_indices: Tensor,
+                     prefix_lens: Tensor, extend_lens: Tensor, extend_start_loc: Tensor, sm_scale: float,
+                     sliding_window: int | None = None, max_extend_len: int | None = None) -> Tensor:
+    if use_triton(q) and _supported_head_dim(q.shape[-1]):
+        return triton_ops().extend_attention(q, k_cache, v_cache, req_to_token, req_pool_indices, prefix_lens,
+                                             extend_lens, extend_start_loc, sm_scale, sliding_window,
+                                             max_extend_len)
+    return attention_ref.extend_attention_reference(q, k_cache, v_cache, req_to_token, req_pool_indices,
+                                                    prefix_lens, extend_lens, extend_start_loc, sm_scale,
+                                                    sliding_window, max_extend_len)
+
+
+def decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, req_to_token: Tensor, req_pool_indices: Tensor,
+                     seq_lens: Tensor, sm_scale: float, sliding_window: int | None = None,
+                     max_seq_len: int | None = None) -> Tensor:
+    if use_triton(q) and _supported_head_dim(q.shape[-1]):
+        return triton_ops().decode_attention(q, k_cache, v_cache, req_to_token, req_pool_indices, seq_lens,
+                                             sm_scale, sliding_window, max_seq_len)
+    return attention_ref.decode_attention_reference(q, k_cache, v_cache, req_to_token, req_pool_indices,
+                                                    seq_lens, sm_scale, sliding_window, max_seq_len)
+
+
+def store_kv(k_cache: Tensor, v_cache: Tensor, loc: Tensor, k: Tensor, v: Tensor) -> None:
+    if use_triton(k_cache) and k_cache.is_contiguous() and v_cache.is_contiguous():
+        return triton_ops().store_kv(k_cache, v_cache, loc, k, v)
+    return attention_ref.store_kv_reference(k_cache, v_cache, loc, k, v)
+
+
+def rmsnorm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+    if use_triton(x):
+        return triton_ops().rmsnorm(x, weight, eps)
+    return elementwise_ref.rmsnorm_reference(x, weight, eps)
+
+
+def fused_add_rmsnorm(x: Tensor, residual: Tensor, weight: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+    if use_triton(x):
+        return triton_ops().fused_add_rmsnorm(x, residual, weight, eps)
+    return elementwise_ref.fused_add_rmsnorm_reference(x, residual, weight, eps)
+
+
+def apply_rotary(q: Tensor, k: Tensor, positions: Tensor, cos_sin_cache: Tensor, is_neox: bool = True) -> None:
+    if use_triton(q) and q.stride(-1) == 1 and k.stride(-1) == 1 and cos_sin_cache.stride(-1) == 1:
+        return triton_ops().apply_rotary(q, k, positions, cos_sin_cache, is_neox)
+    return elementwise_ref.apply_rotary_reference(q, k, positions, cos_sin_cache, is_neox)
+
+
+def silu_and_mul(x: Tensor) -> Tensor:
+    if use_triton(x):
+        return triton_ops().silu_and_mul(x)
+    return elementwise_ref.silu_and_mul_reference(x)
+
+
+def apply_token_bitmask(logits: Tensor, bitmask: Tensor, indices: Tensor | None = None) -> None:
+    if use_triton(logits) and logits.stride(-1) == 1:
+        # the grammar fills masks on the host while the forward runs: bring them over without a sync
+        bitmask = bitmask.to(device=logits.device, dtype=torch.int32, non_blocking=True).contiguous()
+        if indices is not None:
+            indices = indices.to(device=logits.device, non_blocking=True)
+        return triton_ops().apply_token_bitmask(logits, bitmask, indices)
+    return elementwise_ref.apply_token_bitmask_reference(logits, bitmask, indices)
+
+
+# Each dispatcher carries its reference twin's docstring.
+for _name, _ref in [
+    ("extend_attention", attention_ref.extend_attention_reference),
+    ("decode_attention", attention_ref.decode_attention_reference),
+    ("store_kv", attention_ref.store_kv_reference),
+    ("rmsnorm", elementwise_ref.rmsnorm_reference),
+    ("fused_add_rmsnorm", elementwise_ref.fused_add_rmsnorm_reference),
+    ("apply_rotary", elementwise_ref.apply_rotary_reference),
+    ("silu_and_mul", elementwise_ref.silu_and_mul_reference),
+    ("apply_token_bitmask", elementwise_ref.apply_token_bitmask_reference),
+]:
+    functools.update_wrapper(globals()[_name], _ref, assigned=("__doc__",), updated=())
+
+__all__ = ["FORCE_REFERENCE_ENV", "apply_rotary", "apply_token_bitmask", "decode_attention", "extend_attention",
+           "fused_add_rmsnorm", "rmsnorm", "silu_and_mul", "store_kv", "triton_ops", "use_triton"]
