@@ -16,6 +16,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from radixgen.grammars import bitmask_words
 from radixgen.runtime.batch_builder import LogitRows, build_forward_batch
 from radixgen.runtime.engine_config import EngineConfig
 from radixgen.runtime.request import Req, ReqState
@@ -219,12 +220,11 @@ class EngineCore:
         rows = [j for j, r in enumerate(reqs) if r.matcher is not None]
         if not rows:
             return None, None
+        # Ids past the tokenizer's vocabulary (padding rows of the embedding) stay 0: never allowed.
         mask = np.zeros((len(rows), self.bitmask_words), dtype=np.int32)
-        width = None
+        width = bitmask_words(len(self.vocab.token_bytes))
         for k, j in enumerate(rows):
-            m = reqs[j].matcher
-            width = width or m.mask_words
-            m.fill_mask(mask[k, :width])
+            reqs[j].matcher.fill_mask(mask[k, :width])
         return torch.from_numpy(mask).to(self.device), torch.tensor(rows, dtype=torch.int64, device=self.device)
 
     def _on_token(self, req: Req, token: int, logprob: float | None, top: list | None) -> None:
