@@ -40,6 +40,10 @@ class EngineCounters:
     finished: int = 0
     aborted: int = 0
     preemptions: int = 0
+    # Wall time of the loop's phases (seconds), to attribute cost (e.g. of constrained decoding).
+    forward_seconds: float = 0.0
+    grammar_seconds: float = 0.0  # mask filling + matcher advances + jump-forward
+    sample_seconds: float = 0.0
 
 
 class EngineCore:
@@ -146,10 +150,12 @@ class EngineCore:
             return
         if self.on_step is not None:
             self.on_step(batch)
+        c = self.counters
         fb, rows = build_forward_batch(batch, self.scheduler, self.req_rows.req_to_token, self.device)
+        t0 = time.perf_counter()
         logits = self.runner.forward(fb)
         self.scheduler.commit(batch)
-        c = self.counters
+        c.forward_seconds += time.perf_counter() - t0
         c.steps += 1
         c.decode_steps += int(batch.is_decode)
         c.forward_tokens += batch.num_tokens
@@ -197,7 +203,10 @@ class EngineCore:
         reqs = [batch.items[i].req for i in sel]
         row_idx = torch.from_numpy(rows.sample_row[sel]).to(logits.device)
         sample_logits = logits.index_select(0, row_idx)
+        t0 = time.perf_counter()
         mask, mask_rows = self._grammar_masks(reqs)
+        t1 = time.perf_counter()
+        self.counters.grammar_seconds += t1 - t0
         sb = SamplingBatch.build(
             [r.params for r in reqs], self.vocab_size, self.device, eos_token_ids=self.tokenizer.eos_token_ids,
             prompt_ids=[r.origin_ids for r in reqs], output_ids=[r.output_ids for r in reqs],
@@ -208,6 +217,7 @@ class EngineCore:
         tops = None
         if out.top_logprobs_values is not None:
             tops = [list(zip(v, i)) for v, i in zip(out.top_logprobs_values.tolist(), out.top_logprobs_ids.tolist())]
+        self.counters.sample_seconds += time.perf_counter() - t1
         for j, req in enumerate(reqs):
             try:
                 self._on_token(req, tokens[j], logprobs[j] if logprobs else None,
@@ -238,9 +248,16 @@ class EngineCore:
                 req.output_top_logprobs.append(top)
         new_ids = [token]
         if req.matcher is not None:
+            t0 = time.perf_counter()
             if not req.matcher.advance(token):
                 raise RuntimeError(f"sampled token {token} is not allowed by the grammar")
-            new_ids += self._jump_forward(req, token)
+            forced = self._jump_forward(req, token)
+            new_ids += forced
+            if req.return_logprob:  # forced tokens were not sampled: no logprob
+                req.output_token_logprobs.extend((None, t) for t in forced)
+                if req.top_logprobs_num:
+                    req.output_top_logprobs.extend(None for _ in forced)
+            self.counters.grammar_seconds += time.perf_counter() - t0
         self._append(req, new_ids)
 
     def _jump_forward(self, req: Req, token: int) -> list[int]:
