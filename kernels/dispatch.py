@@ -1,5 +1,7 @@
 """One dispatch point per op: the Triton kernel for CUDA tensors, the torch reference elsewhere.
 
+(Attention on the CPU runs `attention_torch`, the batched torch twin of the per-request reference loops.)
+
 Every op here has exactly its reference twin's signature. Triton is chosen when the op's first tensor is on a
 CUDA device, Triton imports, and the environment does not set RADIXGEN_FORCE_REFERENCE=1 (read at each call,
 so a test or a debugging session can flip it). The Triton modules are imported on first CUDA use only, so
@@ -14,7 +16,7 @@ import os
 from types import SimpleNamespace
 
 import torch
-from radixgen.kernels import attention_ref, elementwise_ref
+from radixgen.kernels import attention_ref, attention_torch, elementwise_ref
 from torch import Tensor
 
 FORCE_REFERENCE_ENV = "RADIXGEN_FORCE_REFERENCE"
@@ -61,9 +63,9 @@ def extend_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, req_to_token: 
         return triton_ops().extend_attention(q, k_cache, v_cache, req_to_token, req_pool_indices, prefix_lens,
                                              extend_lens, extend_start_loc, sm_scale, sliding_window,
                                              max_extend_len)
-    return attention_ref.extend_attention_reference(q, k_cache, v_cache, req_to_token, req_pool_indices,
-                                                    prefix_lens, extend_lens, extend_start_loc, sm_scale,
-                                                    sliding_window, max_extend_len)
+    return attention_torch.extend_attention_torch(q, k_cache, v_cache, req_to_token, req_pool_indices,
+                                                  prefix_lens, extend_lens, extend_start_loc, sm_scale,
+                                                  sliding_window, max_extend_len)
 
 
 def decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, req_to_token: Tensor, req_pool_indices: Tensor,
@@ -72,8 +74,8 @@ def decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, req_to_token: 
     if use_triton(q) and _supported_head_dim(q.shape[-1]):
         return triton_ops().decode_attention(q, k_cache, v_cache, req_to_token, req_pool_indices, seq_lens,
                                              sm_scale, sliding_window, max_seq_len)
-    return attention_ref.decode_attention_reference(q, k_cache, v_cache, req_to_token, req_pool_indices,
-                                                    seq_lens, sm_scale, sliding_window, max_seq_len)
+    return attention_torch.decode_attention_torch(q, k_cache, v_cache, req_to_token, req_pool_indices,
+                                                  seq_lens, sm_scale, sliding_window, max_seq_len)
 
 
 def store_kv(k_cache: Tensor, v_cache: Tensor, loc: Tensor, k: Tensor, v: Tensor) -> None:

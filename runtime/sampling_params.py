@@ -1,0 +1,253 @@
+"""SamplingParams: the per-request sampling and stopping options, with SGLang's names and defaults.
+
+Every instance is valid: `__post_init__` normalises (`stop` becomes a tuple of strings, `stop_token_ids` a
+tuple of ints, `logit_bias` a dict with int keys) and refuses bad values with a `SamplingParamsError` (a
+ValueError) whose message names the field. `from_dict` additionally refuses unknown keys. Checks that need the
+vocabulary (token ids in range) live in `validate(vocab_size)`, which the engine calls once it knows the
+tokenizer.
+
+Semantics of the special values (kept from SGLang so user code ports unchanged):
+    temperature == 0      greedy (argmax); so is any temperature below 1e-6
+    top_k <= 0            no top-k truncation (SGLang's default is -1; 0 is accepted as "off" too)
+    top_p == 1, min_p == 0  no truncation
+    max_new_tokens None   no limit other than the context length
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal, NamedTuple
+
+ConstraintKind = Literal["regex", "json_schema", "ebnf", "grammar"]
+CONSTRAINT_FIELDS: tuple[ConstraintKind, ...] = ("regex", "json_schema", "ebnf", "grammar")
+GREEDY_TEMPERATURE = 1e-6  # temperatures below this decode greedily
+
+
+class SamplingParamsError(ValueError):
+    """An invalid sampling option; the message starts with (or names) the offending field."""
+
+
+class Constraint(NamedTuple):
+    """The one structural constraint of a request: its kind and its source text (a JSON Schema dict as
+    compact JSON text, keys in their given order since property order is generation order)."""
+
+    kind: ConstraintKind
+    source: str
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_new_tokens: int | None = 128
+    min_new_tokens: int = 0
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    min_p: float = 0.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    stop: tuple[str, ...] = ()  # accepts str | list[str] | None; stored as a tuple
+    stop_token_ids: tuple[int, ...] = ()  # accepts list[int] | None; stored as a tuple
+    ignore_eos: bool = False
+    skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True
+    seed: int | None = None
+    n: int = 1
+    logit_bias: dict[int, float] = field(default_factory=dict)  # accepts {int | "int": float} | None
+    regex: str | None = None
+    json_schema: str | dict | None = None
+    ebnf: str | None = None
+    grammar: str | None = None
+    no_stop_trim: bool = False
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__  # frozen: normalise through object.__setattr__
+        set_(self, "stop", _normalise_stop(self.stop))
+        set_(self, "stop_token_ids", _normalise_token_ids("stop_token_ids", self.stop_token_ids))
+        set_(self, "logit_bias", _normalise_logit_bias(self.logit_bias))
+        self._check_values()
+
+    # ---------------------------------------------------------------- construction
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> SamplingParams:
+        """Build from a request's `sampling_params` dict, refusing unknown keys (with the known ones listed).
+
+        Keys whose value is None take the default, as in SGLang's JSON API.
+        """
+        if d is None:
+            return cls()
+        if isinstance(d, SamplingParams):
+            return d
+        if not isinstance(d, dict):
+            raise SamplingParamsError(f"sampling_params must be a dict, got {type(d).__name__}")
+        known = _FIELD_NAMES
+        unknown = sorted(k for k in d if k not in known)
+        if unknown:
+            raise SamplingParamsError(f"sampling_params: unknown key(s) {unknown}; known keys: {sorted(known)}")
+        kwargs = {k: v for k, v in d.items() if v is not None or k in _NONE_IS_A_VALUE}
+        return cls(**kwargs)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-friendly dict that `from_dict` turns back into an equal SamplingParams."""
+        out = dataclasses.asdict(self)
+        out["stop"] = list(self.stop)
+        out["stop_token_ids"] = list(self.stop_token_ids)
+        return out
+
+    def validate(self, vocab_size: int) -> None:
+        """Checks that need the vocabulary: every token id named by the request is in [0, vocab_size)."""
+        for tid in self.stop_token_ids:
+            if tid >= vocab_size:
+                raise SamplingParamsError(f"stop_token_ids: token id {tid} is out of range for vocab size {vocab_size}")
+        for tid in self.logit_bias:
+            if tid >= vocab_size:
+                raise SamplingParamsError(f"logit_bias: token id {tid} is out of range for vocab size {vocab_size}")
+
+    # ---------------------------------------------------------------- derived views
+
+    @property
+    def is_greedy(self) -> bool:
+        """Argmax decoding: temperature 0 (or below 1e-6, which would overflow float32 logits / T; SGLang's
+        rule), or top_k == 1."""
+        return self.temperature < GREEDY_TEMPERATURE or self.top_k == 1
+
+    @property
+    def constraint(self) -> Constraint | None:
+        """The structural constraint, if any (at most one is allowed)."""
+        for kind in CONSTRAINT_FIELDS:
+            value = getattr(self, kind)
+            if value is not None:
+                if isinstance(value, dict):
+                    value = json.dumps(value, separators=(",", ":"))  # keep key order: it is the property order
+                return Constraint(kind, value)
+        return None
+
+    def expand_n(self) -> list[SamplingParams]:
+        """The `n` single-sample requests this one stands for: sample i keeps the options, with n=1 and, when
+        seeded, seed + i (so the n samples differ yet each stays reproducible)."""
+        return [dataclasses.replace(self, n=1, seed=None if self.seed is None else self.seed + i)
+                for i in range(self.n)]
+
+    @property
+    def max_stop_len(self) -> int:
+        """Length in characters of the longest stop string (0 without stop strings)."""
+        return max((len(s) for s in self.stop), default=0)
+
+    # ---------------------------------------------------------------- checks
+
+    def _check_values(self) -> None:
+        if self.max_new_tokens is not None:
+            _check_int("max_new_tokens", self.max_new_tokens, low=0)
+        _check_int("min_new_tokens", self.min_new_tokens, low=0)
+        if self.max_new_tokens is not None and self.min_new_tokens > self.max_new_tokens:
+            raise SamplingParamsError(f"min_new_tokens ({self.min_new_tokens}) must not exceed max_new_tokens "
+                             f"({self.max_new_tokens})")
+        _check_float("temperature", self.temperature)
+        if self.temperature < 0:
+            raise SamplingParamsError(f"temperature must be >= 0 (0 means greedy), got {self.temperature}")
+        _check_float("top_p", self.top_p)
+        if not 0.0 < self.top_p <= 1.0:
+            raise SamplingParamsError(f"top_p must be in (0, 1], got {self.top_p}")
+        _check_int("top_k", self.top_k, low=-1, hint="(-1 or 0 = off)")
+        _check_float("min_p", self.min_p)
+        if not 0.0 <= self.min_p <= 1.0:
+            raise SamplingParamsError(f"min_p must be in [0, 1], got {self.min_p}")
+        for name in ("frequency_penalty", "presence_penalty"):
+            value = getattr(self, name)
+            _check_float(name, value)
+            if not -2.0 <= value <= 2.0:
+                raise SamplingParamsError(f"{name} must be in [-2, 2], got {value}")
+        _check_float("repetition_penalty", self.repetition_penalty)
+        if self.repetition_penalty <= 0:
+            raise SamplingParamsError(f"repetition_penalty must be > 0 (1 = off), got {self.repetition_penalty}")
+        for name in ("ignore_eos", "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim"):
+            if not isinstance(getattr(self, name), bool):
+                raise SamplingParamsError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        if self.seed is not None:
+            _check_int("seed", self.seed)
+        _check_int("n", self.n, low=1)
+        for name in ("regex", "ebnf", "grammar"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise SamplingParamsError(f"{name} must be a string, got {type(value).__name__}")
+        if self.json_schema is not None and not isinstance(self.json_schema, (str, dict)):
+            raise SamplingParamsError(f"json_schema must be a string or a dict, got {type(self.json_schema).__name__}")
+        given = [k for k in CONSTRAINT_FIELDS if getattr(self, k) is not None]
+        if len(given) > 1:
+            raise SamplingParamsError(f"{given[1]}: at most one constraint (regex, json_schema, ebnf, grammar) per request, "
+                             f"got {given}")
+
+
+_FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(SamplingParams))
+# Keys for which an explicit None means something other than "use the default".
+_NONE_IS_A_VALUE = frozenset({"max_new_tokens"})
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_int(name: str, value: Any, low: int | None = None, hint: str = "") -> None:
+    if not _is_int(value):
+        raise SamplingParamsError(f"{name} must be an integer, got {value!r}")
+    if low is not None and value < low:
+        raise SamplingParamsError(f"{name} must be >= {low}{' ' + hint if hint else ''}, got {value}")
+
+
+def _check_float(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SamplingParamsError(f"{name} must be a number, got {value!r}")
+    if not math.isfinite(value):
+        raise SamplingParamsError(f"{name} must be finite, got {value}")
+
+
+def _normalise_stop(stop: Any) -> tuple[str, ...]:
+    if stop is None:
+        return ()
+    items = (stop,) if isinstance(stop, str) else stop
+    if not isinstance(items, (list, tuple)):
+        raise SamplingParamsError(f"stop must be a string or a list of strings, got {type(stop).__name__}")
+    for s in items:
+        if not isinstance(s, str):
+            raise SamplingParamsError(f"stop must be a string or a list of strings, got an item {s!r}")
+        if not s:
+            raise SamplingParamsError("stop: stop strings must be non-empty")
+    return tuple(items)
+
+
+def _normalise_token_ids(name: str, ids: Any) -> tuple[int, ...]:
+    if ids is None:
+        return ()
+    if not isinstance(ids, (list, tuple)):
+        raise SamplingParamsError(f"{name} must be a list of token ids, got {type(ids).__name__}")
+    for tid in ids:
+        if not _is_int(tid) or tid < 0:
+            raise SamplingParamsError(f"{name} must hold non-negative integer token ids, got {tid!r}")
+    return tuple(ids)
+
+
+def _normalise_logit_bias(bias: Any) -> dict[int, float]:
+    if bias is None:
+        return {}
+    if not isinstance(bias, dict):
+        raise SamplingParamsError(f"logit_bias must be a dict {{token_id: bias}}, got {type(bias).__name__}")
+    out: dict[int, float] = {}
+    for key, value in bias.items():
+        if _is_int(key):
+            tid = key
+        elif isinstance(key, str) and key.strip().lstrip("-").isdigit():  # JSON object keys are strings
+            tid = int(key)
+        else:
+            raise SamplingParamsError(f"logit_bias keys must be integer token ids, got {key!r}")
+        if tid < 0:
+            raise SamplingParamsError(f"logit_bias keys must be non-negative token ids, got {key!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+            raise SamplingParamsError(f"logit_bias values must be numbers, got {value!r} for token {key!r}")
+        if math.isinf(value) and value > 0:
+            raise SamplingParamsError(f"logit_bias values must be finite or -inf (a ban), got {value!r} for token {key!r}")
+        out[tid] = float(value)
+    return out
