@@ -19,6 +19,7 @@ import torch
 from radixgen.grammars import bitmask_words
 from radixgen.runtime.batch_builder import LogitRows, build_forward_batch
 from radixgen.runtime.engine_config import EngineConfig
+from radixgen.runtime.logprobs import token_logprobs
 from radixgen.runtime.request import Req, ReqState
 from radixgen.runtime.sampling_batch import SamplingBatch
 from radixgen.runtime.scheduler import ScheduleBatch, Scheduler, SchedulerLimits
@@ -180,13 +181,11 @@ class EngineCore:
             if n_prompt <= 0:
                 continue
             lo = int(rows.first[i])
-            lp = torch.log_softmax(logits[lo : lo + n_prompt].float(), dim=-1)
-            nxt = torch.from_numpy(req.origin_ids[first_pos + 1 : first_pos + 1 + n_prompt]).to(lp.device)
-            chosen = lp.gather(1, nxt[:, None]).squeeze(1).tolist()
-            req.input_token_logprobs.extend(zip(chosen, nxt.tolist()))
-            if req.top_logprobs_num:
-                vals, idx = lp.topk(req.top_logprobs_num, dim=-1)
-                for v, ix in zip(vals.tolist(), idx.tolist()):
+            nxt = torch.from_numpy(req.origin_ids[first_pos + 1 : first_pos + 1 + n_prompt])
+            scored = token_logprobs(logits[lo : lo + n_prompt], nxt, top_k=req.top_logprobs_num)
+            req.input_token_logprobs.extend(zip(scored.logprobs.tolist(), nxt.tolist()))
+            if scored.top_values is not None:
+                for v, ix in zip(scored.top_values.tolist(), scored.top_ids.tolist()):
                     req.input_top_logprobs.append(list(zip(v, ix)))
 
     def _sample_and_advance(self, batch: ScheduleBatch, rows: LogitRows, logits: torch.Tensor) -> None:
@@ -297,7 +296,8 @@ class EngineCore:
             req.output_ids.append(t)
             kept += 1
             finish = req.stop_checker.check_token(t, len(req.output_ids))
-            if finish is None and req.matcher is not None and req.matcher.is_terminated():
+            # The matcher has already consumed all of `ids` (jump-forward tokens included): ask it only at the end.
+            if finish is None and kept == len(ids) and req.matcher is not None and req.matcher.is_terminated():
                 finish = {"type": "stop", "matched": t if t in self._eos_ids(req) else None}
             if finish is None and self._token_budget(req) <= 0:
                 finish = {"type": "length", "matched": None}
