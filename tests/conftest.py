@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+from model_fixtures import default_model_path  # noqa: F401  (fixture: the cached default model, else skip)
 
 TESTS_DIR = Path(__file__).resolve().parent
 FIXTURES = TESTS_DIR / "fixtures"

@@ -1,0 +1,137 @@
+"""KV memory and its bookkeeping, as three separate things (STYLE.md lesson 3):
+
+    KVPool          the memory: per-layer K and V buffers [num_slots, num_kv_heads, head_dim]; a slot holds one
+                    token's K/V of every layer. Slot 0 is never handed out: padded rows write there harmlessly.
+    SlotAllocator   which slots are free (an int64 array used as a stack); knows nothing of tensors' contents.
+    ReqToTokenPool  the int32 table [max_requests, max_context] mapping (request row, position) -> slot, plus
+                    the free rows. Attention reads K/V through this table.
+
+Reuse (which slots hold which prefix) is the radix tree's job, in radixgen.radix.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from radixgen.runtime.config import ModelConfig
+
+PADDING_SLOT = 0  # reserved slot: writes of padding rows land here and nothing reads it
+
+
+class KVPool:
+    """Preallocated K and V buffers for every layer, indexed by slot."""
+
+    def __init__(self, num_layers: int, num_slots: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype,
+                 device: torch.device | str) -> None:
+        if num_slots < 2:
+            raise ValueError(f"a KV pool needs at least 2 slots (slot 0 is reserved), got {num_slots}")
+        self.num_slots = num_slots
+        self.dtype = dtype
+        self.device = torch.device(device)
+        shape = (num_slots, num_kv_heads, head_dim)
+        self.k_buffers = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.v_buffers = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+
+    @classmethod
+    def for_model(cls, config: ModelConfig, num_slots: int, dtype: torch.dtype,
+                  device: torch.device | str) -> KVPool:
+        return cls(config.num_hidden_layers, num_slots, config.num_key_value_heads, config.head_dim, dtype, device)
+
+    @property
+    def num_usable_slots(self) -> int:
+        """Slots that can hold tokens (all but the reserved padding slot)."""
+        return self.num_slots - 1
+
+    def nbytes(self) -> int:
+        return sum(b.numel() * b.element_size() for b in self.k_buffers + self.v_buffers)
+
+
+def kv_pool_num_slots(config: ModelConfig, dtype: torch.dtype, device: torch.device, max_total_tokens: int | None,
+                      mem_fraction: float, cpu_budget_bytes: int = 1 << 30) -> int:
+    """How many slots (tokens + the padding slot) the pool gets.
+
+    An explicit `max_total_tokens` wins. On CUDA the pool takes `mem_fraction` of the memory still free after the
+    weights are loaded; on the CPU, where memory is shared with everything else, a fixed budget
+    (`cpu_budget_bytes`, 1 GiB) that still holds at least one full context.
+    """
+    if max_total_tokens is not None:
+        if max_total_tokens < 1:
+            raise ValueError(f"max_total_tokens must be >= 1, got {max_total_tokens}")
+        return max_total_tokens + 1
+    per_token = config.kv_bytes_per_token(torch.empty((), dtype=dtype).element_size())
+    if device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+        tokens = int(free * mem_fraction) // per_token
+        if tokens < 1:
+            raise MemoryError(f"no CUDA memory left for the KV cache ({free / 2**30:.2f} GiB free)")
+        return tokens + 1
+    return max(cpu_budget_bytes // per_token, config.max_position_embeddings) + 1
+
+
+class SlotAllocator:
+    """Free KV slots as a stack in an int64 array. alloc/free are O(n) array slices, no per-slot Python objects."""
+
+    def __init__(self, num_slots: int) -> None:
+        self.num_slots = num_slots
+        # Slot 0 is reserved; hand out low slots first (pop from the end of the reversed range).
+        self._free = np.arange(num_slots - 1, 0, -1, dtype=np.int64)
+        self._num_free = num_slots - 1
+
+    @property
+    def num_free(self) -> int:
+        return self._num_free
+
+    def alloc(self, n: int) -> np.ndarray | None:
+        """n free slot indices (int64), or None when fewer than n are free (nothing is taken then)."""
+        if n < 0:
+            raise ValueError(f"cannot allocate {n} slots")
+        if n > self._num_free:
+            return None
+        self._num_free -= n
+        return self._free[self._num_free : self._num_free + n][::-1].copy()
+
+    def free(self, slots: np.ndarray | torch.Tensor) -> None:
+        """Return slots to the free stack. Freeing the reserved slot or more slots than exist is a bug."""
+        arr = slots.detach().cpu().numpy() if isinstance(slots, torch.Tensor) else np.asarray(slots)
+        arr = arr.astype(np.int64, copy=False).reshape(-1)
+        if arr.size == 0:
+            return
+        if self._num_free + arr.size > self.num_slots - 1 or int(arr.min()) <= PADDING_SLOT \
+                or int(arr.max()) >= self.num_slots:
+            raise ValueError(f"invalid free of {arr.size} slots (free={self._num_free}, range 1..{self.num_slots - 1})")
+        self._free[self._num_free : self._num_free + arr.size] = arr[::-1]
+        self._num_free += arr.size
+
+    def reset(self) -> None:
+        self._free = np.arange(self.num_slots - 1, 0, -1, dtype=np.int64)
+        self._num_free = self.num_slots - 1
+
+
+class ReqToTokenPool:
+    """The table [max_requests, max_context] (int32) of slot indices, and which of its rows are free."""
+
+    def __init__(self, max_requests: int, max_context: int, device: torch.device | str) -> None:
+        self.max_requests = max_requests
+        self.max_context = max_context
+        self.req_to_token = torch.zeros((max_requests, max_context), dtype=torch.int32, device=device)
+        self._free_rows = list(range(max_requests - 1, -1, -1))
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free_rows)
+
+    def alloc(self) -> int | None:
+        """A free row index, or None when every row is taken."""
+        return self._free_rows.pop() if self._free_rows else None
+
+    def free(self, row: int) -> None:
+        if not 0 <= row < self.max_requests or row in self._free_rows:
+            raise ValueError(f"invalid free of request row {row}")
+        self._free_rows.append(row)
+
+    def write(self, row: int, start: int, slots: np.ndarray | torch.Tensor) -> None:
+        """req_to_token[row, start : start + len(slots)] = slots."""
+        t = torch.as_tensor(slots).to(device=self.req_to_token.device, dtype=torch.int32)
+        if start + t.numel() > self.max_context:
+            raise ValueError(f"positions {start}..{start + t.numel() - 1} exceed max_context {self.max_context}")
+        self.req_to_token[row, start : start + t.numel()] = t

@@ -1,0 +1,96 @@
+"""ModelRunner: the model on its device plus the KV memory it reads, built from one EngineConfig.
+
+It owns three choices the rest of the engine should not make: which device and dtype (auto: CUDA + bfloat16
+when CUDA is available, else CPU + float32), which model file (an explicit path, or the default model, fetched
+on first use), and how many KV slots fit. The scheduler allocates slots and request rows through
+`slot_allocator` and `req_to_token_pool` and calls `forward(batch)`.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import torch
+from radixgen.runtime.engine_config import EngineConfig
+from radixgen.runtime.errors import ModelNotFoundError
+from radixgen.runtime.forward_batch import ForwardBatch
+from radixgen.runtime.kv_pool import KVPool, ReqToTokenPool, SlotAllocator, kv_pool_num_slots
+from radixgen.runtime.loader import load_model
+
+logger = logging.getLogger(__name__)
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+__all__ = ["ModelRunner", "load_model", "resolve_device_dtype", "resolve_model_path"]
+
+
+def resolve_device_dtype(device: str, dtype: str) -> tuple[torch.device, torch.dtype]:
+    """`auto` device = CUDA when available, else CPU; `auto` dtype = bfloat16 on CUDA, float32 on CPU."""
+    if device == "auto":
+        dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    else:
+        dev = torch.device(device)
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError("device 'cuda' requested but CUDA is not available")
+    if dtype == "auto":
+        return dev, torch.bfloat16 if dev.type == "cuda" else torch.float32
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype must be auto|{'|'.join(_DTYPES)}, got {dtype!r}")
+    return dev, _DTYPES[dtype]
+
+
+def resolve_model_path(config: EngineConfig) -> Path | None:
+    """The model to load: the configured path, or the default model (downloaded if missing).
+
+    A dummy model with an explicit `dummy_config` needs no path at all.
+    """
+    if config.model_path is not None:
+        path = Path(config.model_path).expanduser()
+        if not path.exists():
+            raise ModelNotFoundError(f"model path {path} does not exist")
+        return path
+    if config.load_format == "dummy" and config.dummy_config is not None:
+        return None
+    from radixgen.runtime.download import default_model_path
+
+    return default_model_path(download=True)
+
+
+class ModelRunner:
+    """Loads the model and its KV memory; `forward(batch)` returns fp32 logits of the batch's logit rows."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.device, self.dtype = resolve_device_dtype(config.device, config.dtype)
+        self.model_path = resolve_model_path(config)
+        self.model, self.model_config = load_model(
+            self.model_path, config.load_format, self.device, self.dtype, dummy_config=config.dummy_config,
+            max_position_embeddings=config.context_length, seed=config.random_seed,
+        )
+        self.context_length = self.model_config.max_position_embeddings
+        num_slots = kv_pool_num_slots(self.model_config, self.dtype, self.device, config.max_total_tokens,
+                                      config.mem_fraction)
+        self.kv_pool = KVPool.for_model(self.model_config, num_slots, self.dtype, self.device)
+        self.slot_allocator = SlotAllocator(num_slots)
+        self.req_to_token_pool = ReqToTokenPool(config.max_running_requests, self.context_length, self.device)
+        logger.info("model %s on %s/%s; KV pool %d tokens (%.2f GiB)", self.model_path, self.device, self.dtype,
+                    self.kv_pool.num_usable_slots, self.kv_pool.nbytes() / 2**30)
+        # Decode steps on CUDA replay captured graphs (runtime/cuda_graph_runner.py); everything else runs eagerly.
+        self.graph_runner = None
+        if self.device.type == "cuda" and config.cuda_graph:
+            from radixgen.runtime.cuda_graph_runner import CudaGraphRunner
+
+            self.graph_runner = CudaGraphRunner(
+                self.model, self.kv_pool, self.req_to_token_pool.req_to_token,
+                min(config.cuda_graph_max_bs, config.max_running_requests), self.context_length)
+
+    @property
+    def max_total_tokens(self) -> int:
+        return self.kv_pool.num_usable_slots
+
+    @torch.inference_mode()
+    def forward(self, batch: ForwardBatch) -> torch.Tensor:
+        if self.graph_runner is not None and self.graph_runner.can_run(batch):
+            return self.graph_runner.replay(batch)
+        return self.model(batch, self.kv_pool)

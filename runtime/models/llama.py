@@ -1,0 +1,199 @@
+"""The Llama-family decoder (Llama 2/3, Mistral, Qwen2/2.5, Qwen3, SmolLM2): one implementation, chosen by config.
+
+The forward consumes a ForwardBatch (flat tokens of many requests, their positions and KV slots) and the KV pool;
+it writes each new token's K/V into its slot, then attention reads every position of every request by slot, so
+a prefix cached by another request is read in place. Every numeric op goes through `radixgen.kernels` (Triton on
+CUDA, the torch reference elsewhere); this file only wires them together.
+
+Weights are stored fused: q/k/v as one `qkv_proj` and gate/up as one `gate_up_proj`, so attention input and the
+MLP input each take a single matmul. `checkpoint_targets()` maps every checkpoint tensor name (HF naming) to the
+rows of the fused parameter it fills, so loaders copy tensor by tensor with no intermediate model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from radixgen.runtime.config import ModelConfig
+from radixgen.runtime.forward_batch import ForwardBatch, ForwardMode
+from torch import nn
+from torch.nn import functional as F
+
+from radixgen import kernels
+
+
+def _param(*shape: int, device: torch.device, dtype: torch.dtype) -> nn.Parameter:
+    return nn.Parameter(torch.empty(*shape, device=device, dtype=dtype), requires_grad=False)
+
+
+def _rope_cache(config: ModelConfig, device: torch.device) -> torch.Tensor:
+    """[max_position, head_dim] = cat(cos, sin); GGUF's per-frequency factors divide the inverse frequencies."""
+    if config.rope_freq_factors is None:
+        return kernels.rope_cos_sin_cache(config.head_dim, config.max_position_embeddings, config.rope_theta,
+                                          config.rope_scaling, dtype=torch.float32, device=device)
+    inv_freq = kernels.rope_inv_freq(config.head_dim, config.rope_theta, None)
+    inv_freq = inv_freq / torch.tensor(config.rope_freq_factors, dtype=torch.float32)
+    freqs = torch.outer(torch.arange(config.max_position_embeddings, dtype=torch.float32), inv_freq)
+    return torch.cat([freqs.cos(), freqs.sin()], dim=-1).to(device)
+
+
+@dataclass(frozen=True)
+class WeightTarget:
+    """Where one checkpoint tensor goes: rows [start, stop) of `param` (the whole param for unfused weights)."""
+
+    param: torch.Tensor
+    start: int
+    stop: int
+
+
+class LlamaAttention(nn.Module):
+    def __init__(self, config: ModelConfig, layer: int, device: torch.device, dtype: torch.dtype) -> None:
+        super().__init__()
+        c = config
+        self.num_heads, self.num_kv_heads, self.head_dim = c.num_attention_heads, c.num_key_value_heads, c.head_dim
+        self.q_size, self.kv_size = c.q_size, c.kv_size
+        self.eps = c.rms_norm_eps
+        self.scale = c.head_dim ** -0.5
+        self.sliding_window = c.layer_sliding_window(layer)
+        kw = {"device": device, "dtype": dtype}
+        self.qkv_proj = _param(c.q_size + 2 * c.kv_size, c.hidden_size, **kw)
+        self.qkv_bias = _param(c.q_size + 2 * c.kv_size, **kw) if c.attention_bias else None
+        self.o_proj = _param(c.hidden_size, c.q_size, **kw)
+        self.o_bias = _param(c.hidden_size, **kw) if c.attention_out_bias else None
+        self.q_norm = _param(c.head_dim, **kw) if c.qk_norm else None
+        self.k_norm = _param(c.head_dim, **kw) if c.qk_norm else None
+
+    def forward(self, x: torch.Tensor, batch: ForwardBatch, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                cos_sin: torch.Tensor) -> torch.Tensor:
+        t = x.shape[0]
+        qkv = F.linear(x, self.qkv_proj, self.qkv_bias)
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = q.reshape(t, self.num_heads, self.head_dim)
+        k = k.reshape(t, self.num_kv_heads, self.head_dim)
+        v = v.reshape(t, self.num_kv_heads, self.head_dim)
+        if self.q_norm is not None:
+            q = kernels.rmsnorm(q, self.q_norm, self.eps)
+            k = kernels.rmsnorm(k, self.k_norm, self.eps)
+        q, k = q.contiguous(), k.contiguous()
+        kernels.apply_rotary(q, k, batch.positions, cos_sin, is_neox=True)
+        kernels.store_kv(k_cache, v_cache, batch.out_cache_loc, k, v)
+        if batch.mode is ForwardMode.DECODE:
+            o = kernels.decode_attention(
+                q, k_cache, v_cache, batch.req_to_token, batch.req_pool_indices, batch.seq_lens, self.scale,
+                sliding_window=self.sliding_window, max_seq_len=batch.max_seq_len,
+            )
+        else:
+            o = kernels.extend_attention(
+                q, k_cache, v_cache, batch.req_to_token, batch.req_pool_indices, batch.prefix_lens,
+                batch.extend_lens, batch.extend_start_loc, self.scale, sliding_window=self.sliding_window,
+                max_extend_len=batch.max_extend_len,
+            )
+        return F.linear(o.reshape(t, self.q_size), self.o_proj, self.o_bias)
+
+
+class LlamaMLP(nn.Module):
+    def __init__(self, config: ModelConfig, device: torch.device, dtype: torch.dtype) -> None:
+        super().__init__()
+        kw = {"device": device, "dtype": dtype}
+        inter = config.intermediate_size
+        self.gate_up_proj = _param(2 * inter, config.hidden_size, **kw)
+        self.gate_up_bias = _param(2 * inter, **kw) if config.mlp_bias else None
+        self.down_proj = _param(config.hidden_size, inter, **kw)
+        self.down_bias = _param(config.hidden_size, **kw) if config.mlp_bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate_up = F.linear(x, self.gate_up_proj, self.gate_up_bias)
+        return F.linear(kernels.silu_and_mul(gate_up), self.down_proj, self.down_bias)
+
+
+class LlamaDecoderLayer(nn.Module):
+    def __init__(self, config: ModelConfig, layer: int, device: torch.device, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.eps = config.rms_norm_eps
+        self.input_layernorm = _param(config.hidden_size, device=device, dtype=dtype)
+        self.post_attention_layernorm = _param(config.hidden_size, device=device, dtype=dtype)
+        self.self_attn = LlamaAttention(config, layer, device, dtype)
+        self.mlp = LlamaMLP(config, device, dtype)
+
+    def forward(self, h: torch.Tensor, residual: torch.Tensor | None, batch: ForwardBatch, k_cache: torch.Tensor,
+                v_cache: torch.Tensor, cos_sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(h, residual) -> (mlp output, residual stream before the MLP's add); residual None on layer 0."""
+        if residual is None:
+            residual = h
+            x = kernels.rmsnorm(h, self.input_layernorm, self.eps)
+        else:
+            x, residual = kernels.fused_add_rmsnorm(h, residual, self.input_layernorm, self.eps)
+        h = self.self_attn(x, batch, k_cache, v_cache, cos_sin)
+        x, residual = kernels.fused_add_rmsnorm(h, residual, self.post_attention_layernorm, self.eps)
+        return self.mlp(x), residual
+
+
+class LlamaForCausalLM(nn.Module):
+    """Decoder + LM head. `forward(batch, kv_pool) -> logits [num_logit_rows, vocab]` in float32."""
+
+    def __init__(self, config: ModelConfig, device: torch.device | str = "cpu",
+                 dtype: torch.dtype = torch.float32) -> None:
+        super().__init__()
+        device = torch.device(device)
+        self.config = config
+        self.embed_tokens = _param(config.vocab_size, config.hidden_size, device=device, dtype=dtype)
+        self.layers = nn.ModuleList(
+            LlamaDecoderLayer(config, i, device, dtype) for i in range(config.num_hidden_layers)
+        )
+        self.norm = _param(config.hidden_size, device=device, dtype=dtype)
+        self.lm_head = (self.embed_tokens if config.tie_word_embeddings
+                        else _param(config.vocab_size, config.hidden_size, device=device, dtype=dtype))
+        # cos/sin table for every position the model supports, fp32 (precision of long positions).
+        self.register_buffer("cos_sin_cache", _rope_cache(config, device), persistent=False)
+
+    @property
+    def device(self) -> torch.device:
+        return self.embed_tokens.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.embed_tokens.dtype
+
+    def forward(self, batch: ForwardBatch, kv_pool) -> torch.Tensor:
+        """Run the batch, writing its K/V into `kv_pool` (a KVPool), and return fp32 logits of the logit rows."""
+        h = self.embed_tokens[batch.input_ids]
+        residual = None
+        for i, layer in enumerate(self.layers):
+            h, residual = layer(h, residual, batch, kv_pool.k_buffers[i], kv_pool.v_buffers[i], self.cos_sin_cache)
+        rows = batch.logits_indices if batch.logits_indices is not None else batch.last_token_indices()
+        x, _ = kernels.fused_add_rmsnorm(h[rows], residual[rows], self.norm, self.config.rms_norm_eps)
+        return F.linear(x, self.lm_head).float()
+
+    def checkpoint_targets(self) -> dict[str, WeightTarget]:
+        """Every tensor name a checkpoint (HF naming) must provide -> where it goes in the fused parameters."""
+        c = self.config
+        q, kv, inter = c.q_size, c.kv_size, c.intermediate_size
+        out: dict[str, WeightTarget] = {}
+
+        def put(name: str, param: torch.Tensor | None, start: int = 0, stop: int | None = None) -> None:
+            if param is not None:
+                out[name] = WeightTarget(param, start, param.shape[0] if stop is None else stop)
+
+        put("model.embed_tokens.weight", self.embed_tokens)
+        put("model.norm.weight", self.norm)
+        if not c.tie_word_embeddings:
+            put("lm_head.weight", self.lm_head)
+        for i, layer in enumerate(self.layers):
+            p, attn, mlp = f"model.layers.{i}.", layer.self_attn, layer.mlp
+            put(p + "input_layernorm.weight", layer.input_layernorm)
+            put(p + "post_attention_layernorm.weight", layer.post_attention_layernorm)
+            for kind, param in (("weight", attn.qkv_proj), ("bias", attn.qkv_bias)):
+                put(f"{p}self_attn.q_proj.{kind}", param, 0, q)
+                put(f"{p}self_attn.k_proj.{kind}", param, q, q + kv)
+                put(f"{p}self_attn.v_proj.{kind}", param, q + kv, q + 2 * kv)
+            put(p + "self_attn.o_proj.weight", attn.o_proj)
+            put(p + "self_attn.o_proj.bias", attn.o_bias)
+            put(p + "self_attn.q_norm.weight", attn.q_norm)
+            put(p + "self_attn.k_norm.weight", attn.k_norm)
+            for kind, param in (("weight", mlp.gate_up_proj), ("bias", mlp.gate_up_bias)):
+                put(f"{p}mlp.gate_proj.{kind}", param, 0, inter)
+                put(f"{p}mlp.up_proj.{kind}", param, inter, 2 * inter)
+            put(p + "mlp.down_proj.weight", mlp.down_proj)
+            put(p + "mlp.down_proj.bias", mlp.down_bias)
+        return out
