@@ -1,154 +1,162 @@
-"""A fast GGUF reader: metadata into Python values, tensors as memory-mapped byte views.
+"""The one GGUF parser: metadata, tensor descriptions, and zero-copy views of the tensor bytes (memory-mapped).
 
-The `gguf` package's reader builds numpy views for every field part, which takes ~12 s on a 49k-token
-vocabulary (two string arrays of ~100k entries); this parses the same header in well under a second by reading
-string arrays with `struct` from one bytes object. Tensor data stay in a read-only `np.memmap`; each tensor is a
-uint8 view shaped `[*reversed(dims[1:]), row_bytes]`, which is what `gguf.quants.dequantize` takes.
+The `gguf` package's GGUFReader builds a numpy view for every element of every metadata array, which for a
+49k-token vocabulary and its merges costs 5-12 s. This parser walks the header with struct over an mmap: long
+arrays are skipped by length unless the caller asks for them by key (the tokenizer asks for `tokenizer.*`);
+numeric arrays decode with one np.frombuffer, string arrays with one struct read per item. The `gguf` package
+still does the dequantization (gguf.quants); tests check this parser against GGUFReader.
 
-Format (little-endian): magic "GGUF", version u32 (2 or 3), tensor count u64, metadata count u64; metadata
-entries (key string, value type u32, value); tensor infos (name, n_dims u32, dims u64 x n, type u32, offset
-u64); then tensor data at the next multiple of `general.alignment` (default 32), offsets relative to it.
+Layout (little-endian, versions 2 and 3): magic "GGUF", u32 version, u64 tensor count, u64 metadata count,
+metadata (string key, u32 type, value), tensor infos (string name, u32 n_dims, u64 dims (innermost first),
+u32 ggml type, u64 offset), padding to `general.alignment` (32), then the tensor data.
 """
 
 from __future__ import annotations
 
+import mmap
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+from radixgen.runtime.errors import CorruptModelFileError, UnsupportedQuantizationError
 
+# GGUF value type id -> struct format of a scalar (8 = string, 9 = array are handled apart).
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
-_NUMPY = {0: np.uint8, 1: np.int8, 2: np.uint16, 3: np.int16, 4: np.uint32, 5: np.int32, 6: np.float32,
-          7: np.bool_, 10: np.uint64, 11: np.int64, 12: np.float64}
 _STRING, _ARRAY = 8, 9
-
-
-class GGUFFormatError(ValueError):
-    """The file is not a (complete) GGUF file."""
+MAX_ARRAY_ITEMS = 64  # longer metadata arrays (vocabulary, merges, scores) are skipped, not decoded
 
 
 @dataclass(frozen=True)
 class GGUFTensor:
     name: str
-    shape: tuple[int, ...]  # dims as stored (ne0 first: the innermost, contiguous dimension)
-    tensor_type: int  # a gguf.GGMLQuantizationType value
-    data: np.ndarray  # uint8 view [*reversed(shape[1:]), row_bytes]
+    tensor_type: GGMLQuantizationType
+    shape: tuple[int, ...]  # logical numpy shape, outermost first: (rows, cols) for a matrix
+    data: np.ndarray  # uint8 [..., bytes per row], a view of the memory map (what gguf.quants.dequantize takes)
 
-    @property
-    def n_elements(self) -> int:
-        return int(np.prod(self.shape)) if self.shape else 1
+
+@dataclass(frozen=True)
+class GGUFFile:
+    path: Path
+    version: int
+    metadata: dict[str, Any]  # scalars, strings and arrays of at most MAX_ARRAY_ITEMS items
+    array_lengths: dict[str, int]  # every array field's length, including the skipped ones
+    tensors: list[GGUFTensor]
 
 
 class _Cursor:
-    def __init__(self, buf: bytes) -> None:
-        self.buf, self.pos = buf, 0
+    def __init__(self, buf: mmap.mmap, path: Path) -> None:
+        self.buf, self.path, self.pos = buf, path, 0
 
     def unpack(self, fmt: str) -> Any:
-        size = struct.calcsize(fmt)
-        if self.pos + size > len(self.buf):
-            raise GGUFFormatError("header ends early (truncated file?)")
-        (value,) = struct.unpack_from(fmt, self.buf, self.pos)
-        self.pos += size
+        try:
+            (value,) = struct.unpack_from(fmt, self.buf, self.pos)
+        except struct.error:
+            raise CorruptModelFileError(f"{self.path}: truncated GGUF header (at byte {self.pos})") from None
+        self.pos += struct.calcsize(fmt)
         return value
 
     def string(self) -> str:
         n = self.unpack("<Q")
         if self.pos + n > len(self.buf):
-            raise GGUFFormatError("string runs past the end of the header (truncated file?)")
-        s = self.buf[self.pos : self.pos + n].decode("utf-8", errors="replace")
+            raise CorruptModelFileError(f"{self.path}: truncated GGUF header (string at byte {self.pos})")
+        raw = self.buf[self.pos : self.pos + n]
         self.pos += n
-        return s
+        return raw.decode("utf-8", errors="replace")
 
     def value(self, vtype: int) -> Any:
-        if vtype in _SCALARS:
-            return self.unpack(_SCALARS[vtype])
         if vtype == _STRING:
             return self.string()
-        if vtype == _ARRAY:
-            etype, count = self.unpack("<I"), self.unpack("<Q")
-            if etype in _NUMPY:
-                dt = np.dtype(_NUMPY[etype])
-                end = self.pos + count * dt.itemsize
-                if end > len(self.buf):
-                    raise GGUFFormatError("array runs past the end of the header (truncated file?)")
-                arr = np.frombuffer(self.buf, dtype=dt, count=count, offset=self.pos)
-                self.pos = end
-                return arr.tolist()
-            if etype == _STRING:
-                return [self.string() for _ in range(count)]
-            return [self.value(etype) for _ in range(count)]
-        raise GGUFFormatError(f"unknown metadata value type {vtype}")
+        fmt = _SCALARS.get(vtype)
+        if fmt is None:
+            raise CorruptModelFileError(f"{self.path}: unknown GGUF value type {vtype} at byte {self.pos}")
+        return self.unpack(fmt)
+
+    def array(self, item_type: int, count: int) -> list:
+        if item_type == _STRING:
+            return [self.string() for _ in range(count)]
+        fmt = _SCALARS.get(item_type)
+        if fmt is None:
+            raise CorruptModelFileError(f"{self.path}: GGUF array of unsupported item type {item_type}")
+        dt = np.dtype(fmt)
+        if self.pos + count * dt.itemsize > len(self.buf):
+            raise CorruptModelFileError(f"{self.path}: truncated GGUF header (array at byte {self.pos})")
+        arr = np.frombuffer(self.buf, dtype=dt, count=count, offset=self.pos)
+        self.pos += count * dt.itemsize
+        return arr.tolist()
+
+    def skip_array(self, item_type: int, count: int) -> None:
+        if item_type == _STRING:
+            for _ in range(count):
+                self.pos += 8 + self.unpack("<Q")
+        elif item_type in _SCALARS:
+            self.pos += count * struct.calcsize(_SCALARS[item_type])
+        else:
+            raise CorruptModelFileError(f"{self.path}: GGUF array of unsupported item type {item_type}")
 
 
-def _header_bytes(path: Path, size: int) -> bytes:
-    """Read enough of the file to hold the header (grows until parsing succeeds)."""
-    with open(path, "rb") as f:
-        return f.read(size)
+def read_gguf(path: Path, decode_arrays: Callable[[str], bool] | None = None) -> GGUFFile:
+    """Parse `path`; raise CorruptModelFileError (naming the file and the problem) on anything malformed.
 
+    Arrays longer than MAX_ARRAY_ITEMS are decoded only for keys where `decode_arrays(key)` is true.
+    """
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except ValueError:  # an empty file cannot be mapped
+        raise CorruptModelFileError(f"{path}: empty file, not a GGUF model") from None
+    cur = _Cursor(buf, path)
+    if buf[:4] != b"GGUF":
+        raise CorruptModelFileError(f"{path}: not a GGUF file (bad magic {bytes(buf[:4])!r})")
+    cur.pos = 4
+    version = cur.unpack("<I")
+    if version not in (2, 3):
+        raise CorruptModelFileError(f"{path}: GGUF version {version} is not supported (2 and 3 are)")
+    n_tensors, n_kv = cur.unpack("<Q"), cur.unpack("<Q")
 
-class GGUFFile:
-    """Parsed header of one GGUF file: `metadata` (key -> value) and `tensors` (in file order)."""
+    metadata: dict[str, Any] = {}
+    array_lengths: dict[str, int] = {}
+    for _ in range(n_kv):
+        key, vtype = cur.string(), cur.unpack("<I")
+        if vtype != _ARRAY:
+            metadata[key] = cur.value(vtype)
+            continue
+        item_type, count = cur.unpack("<I"), cur.unpack("<Q")
+        array_lengths[key] = count
+        if count <= MAX_ARRAY_ITEMS or (decode_arrays is not None and decode_arrays(key)):
+            metadata[key] = cur.array(item_type, count)
+        else:
+            cur.skip_array(item_type, count)
 
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        file_size = self.path.stat().st_size
-        want = min(file_size, 8 << 20)
-        while True:
-            buf = _header_bytes(self.path, want)
-            try:
-                self._parse(buf, file_size)
-                return
-            except GGUFFormatError:
-                if want >= file_size:
-                    raise
-                want = min(file_size, want * 4)
+    infos = []
+    for _ in range(n_tensors):
+        name, n_dims = cur.string(), cur.unpack("<I")
+        dims = [cur.unpack("<Q") for _ in range(n_dims)]
+        infos.append((name, dims, cur.unpack("<I"), cur.unpack("<Q")))
+    alignment = int(metadata.get("general.alignment", 32))
+    data_start = -(-cur.pos // alignment) * alignment
 
-    def _parse(self, buf: bytes, file_size: int) -> None:
-        cur = _Cursor(buf)
-        if len(buf) < 4 or buf[:4] != b"GGUF":
-            raise GGUFFormatError(f"{self.path}: not a GGUF file (bad magic {buf[:4]!r})")
-        cur.pos = 4
-        self.version = cur.unpack("<I")
-        if self.version not in (2, 3):
-            raise GGUFFormatError(f"{self.path}: unsupported GGUF version {self.version}")
-        n_tensors, n_kv = cur.unpack("<Q"), cur.unpack("<Q")
-        meta: dict[str, Any] = {}
-        for _ in range(n_kv):
-            key = cur.string()
-            meta[key] = cur.value(cur.unpack("<I"))
-        infos = []
-        for _ in range(n_tensors):
-            name = cur.string()
-            n_dims = cur.unpack("<I")
-            dims = tuple(cur.unpack("<Q") for _ in range(n_dims))
-            infos.append((name, dims, cur.unpack("<I"), cur.unpack("<Q")))
-        align = int(meta.get("general.alignment", 32))
-        data_start = (cur.pos + align - 1) // align * align
-        self.metadata = meta
-        self.tensors = self._map_tensors(infos, data_start, file_size)
-
-    def _map_tensors(self, infos: list, data_start: int, file_size: int) -> list[GGUFTensor]:
-        from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
-
-        mm = np.memmap(self.path, dtype=np.uint8, mode="r")
-        tensors = []
-        for name, dims, ttype, offset in infos:
-            try:
-                block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(ttype)]
-            except (ValueError, KeyError):
-                raise GGUFFormatError(f"{self.path}: tensor {name} has unknown type {ttype}") from None
-            ne0 = dims[0] if dims else 1
-            if ne0 % block:
-                raise GGUFFormatError(f"{self.path}: tensor {name}: row of {ne0} is not a multiple of {block}")
-            row_bytes = ne0 // block * type_size
-            rows = int(np.prod(dims[1:])) if len(dims) > 1 else 1
-            start = data_start + offset
-            end = start + rows * row_bytes
-            if end > file_size:
-                raise GGUFFormatError(f"{self.path}: tensor {name} ends at byte {end} but the file has "
-                                      f"{file_size} (truncated file)")
-            data = mm[start:end].reshape(*reversed(dims[1:]), row_bytes)
-            tensors.append(GGUFTensor(name, tuple(int(d) for d in dims), int(ttype), data))
-        return tensors
+    tensors = []
+    for name, dims, type_id, offset in infos:
+        try:
+            qtype = GGMLQuantizationType(type_id)
+        except ValueError:
+            raise UnsupportedQuantizationError(f"{path}: tensor {name} uses unknown ggml type {type_id}") from None
+        block, type_size = GGML_QUANT_SIZES[qtype]
+        shape = tuple(reversed(dims)) or (1,)
+        if shape[-1] % block:
+            raise CorruptModelFileError(f"{path}: tensor {name} row length {shape[-1]} is not a multiple of the "
+                                        f"{qtype.name} block size {block}")
+        row_bytes = shape[-1] // block * type_size
+        n_bytes = int(np.prod(shape[:-1], dtype=np.int64)) * row_bytes
+        start = data_start + offset
+        if start + n_bytes > len(buf):
+            raise CorruptModelFileError(
+                f"{path}: truncated: tensor {name} ends at byte {start + n_bytes}, the file has {len(buf)} bytes"
+            )
+        data = np.frombuffer(buf, dtype=np.uint8, count=n_bytes, offset=start).reshape(*shape[:-1], row_bytes)
+        tensors.append(GGUFTensor(name, qtype, shape, data))
+    return GGUFFile(path, version, metadata, array_lengths, tensors)

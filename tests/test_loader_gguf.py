@@ -24,7 +24,7 @@ from radixgen.runtime.forward_batch import build_forward_batch
 from radixgen.runtime.kv_pool import KVPool
 from radixgen.runtime.loader import load_model
 from radixgen.runtime.loader.gguf_file import dequantize_tensor
-from radixgen.runtime.loader.gguf_reader import read_gguf
+from radixgen.runtime.gguf_reader import read_gguf
 from safetensors.torch import load_file
 
 pytest.importorskip("transformers")

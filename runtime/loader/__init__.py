@@ -19,7 +19,7 @@ from radixgen.runtime.config import ModelConfig
 from radixgen.runtime.errors import ModelLoadError, ModelNotFoundError
 from radixgen.runtime.loader.dummy import init_dummy_weights
 from radixgen.runtime.loader.gguf_file import load_gguf_weights, read_gguf_config
-from radixgen.runtime.loader.gguf_reader import read_gguf
+from radixgen.runtime.gguf_reader import read_gguf
 from radixgen.runtime.loader.hf import load_safetensors_weights, read_hf_config, safetensors_files
 from radixgen.runtime.loader.weight_sink import WeightSink
 from radixgen.runtime.models.llama import LlamaForCausalLM

@@ -16,7 +16,7 @@ from gguf import GGMLQuantizationType
 from radixgen.runtime.config import ModelConfig
 from radixgen.runtime.errors import CorruptModelFileError, UnsupportedQuantizationError
 from radixgen.runtime.loader.dequant import dequantize_to_torch
-from radixgen.runtime.loader.gguf_reader import GGUFFile, GGUFTensor
+from radixgen.runtime.gguf_reader import GGUFFile, GGUFTensor
 from radixgen.runtime.loader.weight_sink import WeightSink
 
 Q = GGMLQuantizationType
