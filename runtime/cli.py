@@ -48,50 +48,27 @@ def _generate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16")
 
 
-class TextStream:
-    """Turns a growing list of token ids into text deltas, holding back an incomplete UTF-8 character."""
-
-    def __init__(self, tokenizer) -> None:
-        self.tokenizer = tokenizer
-        self.ids: list[int] = []
-        self.emitted = 0
-
-    def push(self, token_id: int) -> str:
-        self.ids.append(token_id)
-        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
-        if text.endswith("\ufffd"):  # a multi-byte character not complete yet
-            return ""
-        delta, self.emitted = text[self.emitted:], len(text)
-        return delta
-
-
 def _run_generate(args: argparse.Namespace) -> int:
-    from radixgen.runtime.engine_config import EngineConfig
-    from radixgen.runtime.model_runner import ModelRunner, resolve_model_path
-    from radixgen.runtime.simple_generate import generate_ids
-    from radixgen.runtime.tokenizer import Tokenizer
+    from radixgen.runtime.engine import Engine
 
     if args.max_new_tokens < 1:
         raise ValueError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
-    config = EngineConfig(model_path=args.model, device=args.device, dtype=args.dtype, max_running_requests=1)
-    model_path = resolve_model_path(config)  # downloads the default model on first use
-    tokenizer = Tokenizer.from_file(model_path)
-    text = args.prompt
-    if args.chat:
-        text = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
-    prompt_ids = tokenizer.encode(text, add_special_tokens=not args.chat)
-    config.model_path = str(model_path)
-    config.max_total_tokens = len(prompt_ids) + args.max_new_tokens
-    runner = ModelRunner(config)
-    stop_ids = set(runner.model_config.eos_token_ids)
-    if tokenizer.eos_token_id is not None:
-        stop_ids.add(tokenizer.eos_token_id)
-    stream = TextStream(tokenizer)
-    for token in generate_ids(runner, prompt_ids, args.max_new_tokens, args.temperature, args.seed, stop_ids):
-        if token in stop_ids:
-            break
-        sys.stdout.write(stream.push(token))
-        sys.stdout.flush()
+    # The engine fetches the default model on first use (with a progress line) when --model is not given.
+    with Engine(args.model, device=args.device, dtype=args.dtype, max_running_requests=4,
+                cuda_graph=False) as engine:
+        tokenizer = engine.tokenizer
+        if args.chat:
+            text = tokenizer.apply_chat_template([{"role": "user", "content": args.prompt}],
+                                                 add_generation_prompt=True)
+            ids = tokenizer.encode(text, add_special_tokens=False)
+        else:
+            ids = tokenizer.encode(args.prompt)
+        params = {"max_new_tokens": args.max_new_tokens, "temperature": args.temperature}
+        if args.temperature > 0:
+            params["seed"] = args.seed
+        for chunk in engine.generate(input_ids=ids, sampling_params=params, stream=True):
+            sys.stdout.write(chunk["text"])
+            sys.stdout.flush()
     sys.stdout.write("\n")
     return 0
 

@@ -31,19 +31,6 @@ def test_bad_argument_value(capsys):
     assert "--max-new-tokens must be >= 1" in capsys.readouterr().err
 
 
-class _ByteTokenizer:
-    """Each id is one byte; decode replaces incomplete UTF-8 with U+FFFD like a real tokenizer."""
-
-    def decode(self, ids, skip_special_tokens=False):
-        return bytes(ids).decode("utf-8", "replace")
-
-
-def test_text_stream_holds_back_incomplete_characters():
-    stream = cli.TextStream(_ByteTokenizer())
-    pieces = [stream.push(b) for b in "né€".encode()]
-    assert pieces == ["n", "", "é", "", "", "€"]
-
-
 def test_download_prints_the_cached_path(monkeypatch, capsys, tmp_path):
     from radixgen.runtime import download
 
