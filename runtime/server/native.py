@@ -1,0 +1,234 @@
+"""The native API (SGLang's request shapes): /generate, tokenize/detokenize, cache, abort, info and health.
+
+`POST /generate` takes `text` or `input_ids` (one prompt or a list), `sampling_params` (one dict or one per
+prompt; the engine's names, constraints included), `return_logprob`, `top_logprobs_num`,
+`logprob_start_len`, `stream` and `rid`. Without `stream` it answers the engine's result (a list for a list
+of prompts or `n > 1`); with it, server-sent events of the engine's delta chunks (`text`, `output_ids`,
+`finished`, `meta_info` on the last), each tagged with `index` when there are several sub-requests, then
+`data: [DONE]`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+from aiohttp import web
+from radixgen.runtime.sampling_params import SamplingParams, SamplingParamsError
+from radixgen.runtime.server import sse
+from radixgen.runtime.server.errors import ApiError, bad_request, from_engine_error, json_response
+from radixgen.runtime.server.fields import Fields, is_int, parse_json_object, token_id_list
+from radixgen.runtime.server.generation import (
+    Generation,
+    LogprobOptions,
+    SubRequest,
+    check_fanout,
+    expand_samples,
+    failure_message,
+)
+from radixgen.runtime.server.state import STATE, ServerState
+
+import radixgen
+
+GENERATE_FIELDS = frozenset({"text", "input_ids", "sampling_params", "return_logprob", "top_logprobs_num",
+                             "logprob_start_len", "stream", "rid"})
+MAX_TOP_LOGPROBS = 64
+
+
+async def read_body(request: web.Request) -> dict:
+    return parse_json_object(await request.read())
+
+
+def check_sampling_params(raw: Any, path: str) -> SamplingParams:
+    """The engine's own validation of one sampling_params dict, as a 400 naming `path.field`."""
+    if raw is not None and not isinstance(raw, dict):
+        raise bad_request(path, f"must be an object, got {type(raw).__name__}")
+    try:
+        return SamplingParams.from_dict(raw)
+    except SamplingParamsError as exc:
+        raise from_engine_error(exc, path) from None
+    except TypeError as exc:
+        raise bad_request(path, str(exc)) from None
+
+
+async def parse_prompts(state: ServerState, f: Fields) -> tuple[list[list[int]], bool, str]:
+    """Prompt token ids, whether the request was a batch, and the field they came from."""
+    has_text, has_ids = f.has("text"), f.has("input_ids")
+    if has_text == has_ids:
+        raise bad_request("text", "give exactly one of `text` or `input_ids`")
+    if has_text:
+        text = f.raw("text")
+        batched = isinstance(text, list)
+        texts = text if batched else [text]
+        if batched and not texts:
+            raise bad_request("text", "must not be an empty array")
+        for i, t in enumerate(texts):
+            if not isinstance(t, str):
+                raise bad_request(f"text[{i}]" if batched else "text", "must be a string")
+        return await state.encode(texts), batched, "text"
+    ids = f.raw("input_ids")
+    batched = isinstance(ids, list) and bool(ids) and isinstance(ids[0], list)
+    if batched:
+        return [token_id_list(x, f"input_ids[{i}]", state.vocab_size) for i, x in enumerate(ids)], True, "input_ids"
+    return [token_id_list(ids, "input_ids", state.vocab_size)], False, "input_ids"
+
+
+async def generate(request: web.Request) -> web.StreamResponse:
+    state = request.app[STATE]
+    f = Fields(await read_body(request))
+    f.reject_unknown(GENERATE_FIELDS)
+    prompts, batched, prompt_field = await parse_prompts(state, f)
+    raw_params = f.raw("sampling_params")
+    if isinstance(raw_params, list):
+        if len(raw_params) != len(prompts):
+            raise bad_request("sampling_params", f"got {len(raw_params)} for {len(prompts)} prompts")
+        params_list = raw_params
+    else:
+        params_list = [raw_params] * len(prompts)
+    subs: list[SubRequest] = []
+    for i, (ids, raw) in enumerate(zip(prompts, params_list)):
+        path = f"sampling_params[{i}]" if isinstance(raw_params, list) else "sampling_params"
+        params = check_sampling_params(raw, path)
+        check_fanout(len(prompts), params.n, f"{path}.n")
+        explicit_max = raw.get("max_new_tokens") if isinstance(raw, dict) else None
+        state.check_fits(ids, explicit_max, f"{prompt_field}[{i}]" if batched else prompt_field,
+                         f"{path}.max_new_tokens")
+        for sample in expand_samples({**(raw or {}), "n": params.n}):
+            subs.append(SubRequest(ids, sample, i))
+    start = f.integer("logprob_start_len", None, low=-1)
+    logprobs = LogprobOptions(
+        return_logprob=f.boolean("return_logprob"),
+        top_logprobs_num=f.integer("top_logprobs_num", 0, low=0, high=MAX_TOP_LOGPROBS),
+        logprob_start_len=None if start in (None, -1) else start,
+    )
+    rid = f.string("rid", nonempty=True)
+    stream = f.boolean("stream")
+    gen = Generation(state.engine, state.metrics, subs, logprobs, rid=rid, param_prefix="sampling_params")
+    with state.generations.track(gen):
+        async with gen:
+            if stream:
+                return await _stream(request, gen, tag_index=len(subs) > 1)
+            outputs = await gen.collect()
+    results = [{"text": o.text, "output_ids": o.output_ids, "meta_info": o.meta_info} for o in outputs]
+    return json_response(results if batched or len(results) > 1 else results[0])
+
+
+async def _stream(request: web.Request, gen: Generation, tag_index: bool) -> web.StreamResponse:
+    response = await sse.open_stream(request)
+    try:
+        async for index, chunk in gen.events():
+            event = {"index": index, **chunk} if tag_index else chunk
+            await sse.send(response, event)
+            failure = failure_message(chunk["meta_info"]) if chunk["finished"] else None
+            if failure:
+                raise ApiError(500, f"generation failed: {failure}", type="internal_error")
+    except ApiError as exc:
+        await sse.send_error(response, exc)
+    except ConnectionResetError:  # the client went away: closing the generation aborts its requests
+        return response
+    await response.write(sse.DONE)
+    return response
+
+
+# ------------------------------------------------------------------------------------------ small routes
+async def tokenize(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    f = Fields(await read_body(request))
+    f.reject_unknown(frozenset({"text", "add_special_tokens"}))
+    text = f.raw("text")
+    add_special = f.boolean("add_special_tokens", True)
+    batched = isinstance(text, list)
+    texts = text if batched else [text]
+    if text is None or not all(isinstance(t, str) for t in texts):
+        raise bad_request("text", "must be a string or an array of strings")
+    ids = await state.encode(texts, add_special)
+    if batched:
+        return json_response({"tokens": ids, "count": [len(x) for x in ids], "max_model_len": state.context_length})
+    return json_response({"tokens": ids[0], "count": len(ids[0]), "max_model_len": state.context_length})
+
+
+async def detokenize(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    f = Fields(await read_body(request))
+    f.reject_unknown(frozenset({"tokens", "skip_special_tokens"}))
+    tokens = f.raw("tokens")
+    skip = f.boolean("skip_special_tokens")
+    batched = isinstance(tokens, list) and bool(tokens) and isinstance(tokens[0], list)
+    lists = tokens if batched else [tokens]
+    for i, ids in enumerate(lists):
+        path = f"tokens[{i}]" if batched else "tokens"
+        if not isinstance(ids, list) or not all(is_int(t) and 0 <= t < state.vocab_size for t in ids):
+            raise bad_request(path, f"must be an array of token ids in [0, {state.vocab_size})")
+    tok = state.engine.tokenizer
+    texts = await state.run_blocking(lambda: [tok.decode(ids, skip_special_tokens=skip) for ids in lists])
+    return json_response({"text": texts if batched else texts[0]})
+
+
+async def abort_request(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    f = Fields(await read_body(request))
+    f.reject_unknown(frozenset({"rid", "abort_all"}))
+    abort_all = f.boolean("abort_all")
+    rid = f.string("rid", nonempty=True)
+    if rid is None and not abort_all:
+        raise bad_request("rid", "give the request id to abort (or abort_all: true)")
+    return json_response({"aborted": state.generations.abort(None if abort_all else rid)})
+
+
+async def flush_cache(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    if not await state.run_blocking(state.engine.flush_cache):
+        raise ApiError(409, "flush_cache: requests are running or waiting; the cache is flushed only when idle",
+                       type="conflict")
+    return json_response({"flushed": True})
+
+
+async def get_model_info(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    engine, tok = state.engine, state.engine.tokenizer
+    return json_response({
+        "model_path": str(getattr(engine.runner, "model_path", None) or engine.config.model_path),
+        "served_model_name": state.model_name,
+        "context_length": state.context_length,
+        "vocab_size": state.vocab_size,
+        "is_generation": True,
+        "chat_template": tok.chat_template,
+        "bos_token": tok.bos_token,
+        "eos_token": tok.eos_token,
+        "add_bos_token": tok.add_bos_token,
+        "eos_token_ids": sorted(tok.eos_token_ids),
+    })
+
+
+async def get_server_info(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    stats = await state.run_blocking(state.engine.get_stats)
+    settings = {k: v for k, v in dataclasses.asdict(state.settings).items() if k != "api_key"}
+    return json_response({
+        "version": radixgen.__version__,
+        "engine_config": dataclasses.asdict(state.engine.config),
+        "server": {**settings, "auth": state.settings.api_key is not None},
+        "stats": stats,
+        "ready": state.ready,
+        "uptime_s": time.time() - state.started_at,
+        "programs": state.programs.names() if state.programs is not None else [],
+    })
+
+
+async def health(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    if not state.ready:
+        return json_response({"status": "starting"}, status=503)
+    return json_response({"status": "ok"})
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_post("/generate", generate)
+    app.router.add_post("/tokenize", tokenize)
+    app.router.add_post("/detokenize", detokenize)
+    app.router.add_post("/abort_request", abort_request)
+    app.router.add_post("/flush_cache", flush_cache)
+    app.router.add_get("/get_model_info", get_model_info)
+    app.router.add_get("/get_server_info", get_server_info)
+    app.router.add_get("/health", health)

@@ -1,0 +1,273 @@
+"""OpenAI request bodies -> engine sub-requests: field checks, sampling options, chat rendering.
+
+Names follow OpenAI's API; radixgen/SGLang extras (`regex`, `ebnf`, `grammar`, `json_schema`, `top_k`,
+`min_p`, `min_tokens`, `repetition_penalty`, `ignore_eos`, `stop_token_ids`, `skip_special_tokens`,
+`no_stop_trim`, `rid`) are accepted as extra body fields. An unknown field is a 400, never silently dropped.
+`response_format` maps to a constraint: `json_object` -> the JSON Schema `{"type": "object"}` (a JSON
+object, as OpenAI's JSON mode promises), `json_schema` -> its `schema` (always enforced, `strict` or not).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from radixgen.runtime.server.errors import bad_request
+from radixgen.runtime.server.fields import Fields, is_int, is_number, token_id_list
+from radixgen.runtime.server.generation import LogprobOptions, SubRequest, check_fanout, expand_samples
+from radixgen.runtime.server.state import ServerState
+
+MAX_N = 64
+MAX_STOP = 16
+MAX_TOP_LOGPROBS = 20
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions; chat defaults to the context
+
+_COMMON = {"model", "max_tokens", "temperature", "top_p", "n", "stop", "seed", "presence_penalty",
+           "frequency_penalty", "logit_bias", "stream", "stream_options", "response_format", "logprobs",
+           "user", "metadata", "store", "service_tier"}
+_EXTRAS = {"regex", "ebnf", "grammar", "json_schema", "top_k", "min_p", "min_tokens", "repetition_penalty",
+           "ignore_eos", "stop_token_ids", "skip_special_tokens", "no_stop_trim", "rid"}
+COMPLETION_FIELDS = frozenset(_COMMON | _EXTRAS | {"prompt", "echo", "best_of", "suffix"})
+CHAT_FIELDS = frozenset(_COMMON | _EXTRAS | {"messages", "max_completion_tokens", "top_logprobs", "tools",
+                                              "tool_choice", "parallel_tool_calls"})
+CHAT_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
+
+
+@dataclass
+class OpenAIRequest:
+    """One parsed OpenAI request: what to run, and how to shape the answer."""
+
+    rid: str
+    prompts: list[list[int]]  # token ids per prompt
+    prompt_texts: list[str]  # for echo
+    subs: list[SubRequest]  # n per prompt, in order: choice index = position
+    logprobs: LogprobOptions
+    want_logprobs: bool
+    top_logprobs: int
+    stream: bool
+    include_usage: bool
+    echo: bool = False
+
+
+def _stop(f: Fields) -> list[str] | None:
+    stop = f.raw("stop")
+    if stop is None:
+        return None
+    items = [stop] if isinstance(stop, str) else stop
+    if not isinstance(items, list) or not all(isinstance(s, str) and s for s in items):
+        raise bad_request("stop", "must be a non-empty string or an array of non-empty strings")
+    if len(items) > MAX_STOP:
+        raise bad_request("stop", f"at most {MAX_STOP} stop strings, got {len(items)}")
+    return items
+
+
+def _logit_bias(f: Fields, vocab_size: int) -> dict[int, float] | None:
+    bias = f.obj("logit_bias")
+    if not bias:
+        return None
+    out = {}
+    for key, value in bias.items():
+        if not (isinstance(key, str) and key.isdigit() and int(key) < vocab_size):
+            raise bad_request("logit_bias", f"keys must be token ids in [0, {vocab_size}), got {key!r}")
+        if not is_number(value) or not -100 <= value <= 100:
+            raise bad_request("logit_bias", f"values must be numbers in [-100, 100], got {value!r} for {key}")
+        out[int(key)] = float(value)
+    return out
+
+
+def _response_format(f: Fields) -> tuple[str, Any] | None:
+    """The constraint a response_format asks for, as (engine field, value), or None."""
+    fmt = f.obj("response_format")
+    if fmt is None:
+        return None
+    kind = fmt.get("type")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return "json_schema", {"type": "object"}
+    if kind == "json_schema":
+        spec = fmt.get("json_schema")
+        if not isinstance(spec, dict):
+            raise bad_request("response_format.json_schema", "must be an object with `name` and `schema`")
+        name = spec.get("name")
+        if not isinstance(name, str) or not name or len(name) > 64:
+            raise bad_request("response_format.json_schema.name", "must be a string of 1-64 characters")
+        if spec.get("strict") is not None and not isinstance(spec.get("strict"), bool):
+            raise bad_request("response_format.json_schema.strict", "must be a boolean")
+        schema = spec.get("schema", {})
+        if not isinstance(schema, dict):
+            raise bad_request("response_format.json_schema.schema", "must be a JSON Schema object")
+        return "json_schema", schema
+    raise bad_request("response_format.type", f"must be 'text', 'json_object' or 'json_schema', got {kind!r}")
+
+
+def sampling_params(f: Fields, state: ServerState, max_tokens: int | None) -> dict[str, Any]:
+    """The engine's sampling_params for the OpenAI fields and extras of one request."""
+    sp: dict[str, Any] = {
+        "max_new_tokens": max_tokens,
+        "temperature": f.number("temperature", 1.0, low=0.0, high=2.0),
+        "top_p": f.number("top_p", 1.0, low=0.0, high=1.0, low_open=True),
+        "presence_penalty": f.number("presence_penalty", 0.0, low=-2.0, high=2.0),
+        "frequency_penalty": f.number("frequency_penalty", 0.0, low=-2.0, high=2.0),
+        "n": f.integer("n", 1, low=1, high=MAX_N),
+        "seed": f.integer("seed"),
+        "stop": _stop(f),
+        "logit_bias": _logit_bias(f, state.vocab_size),
+        "top_k": f.integer("top_k", -1, low=-1),
+        "min_p": f.number("min_p", 0.0, low=0.0, high=1.0),
+        "min_new_tokens": f.integer("min_tokens", 0, low=0),
+        "repetition_penalty": f.number("repetition_penalty", 1.0, low=0.0, high=10.0, low_open=True),
+        "ignore_eos": f.boolean("ignore_eos"),
+        "skip_special_tokens": f.boolean("skip_special_tokens", True),
+        "no_stop_trim": f.boolean("no_stop_trim"),
+    }
+    if f.has("stop_token_ids"):
+        sp["stop_token_ids"] = token_id_list(f.raw("stop_token_ids"), "stop_token_ids", state.vocab_size)
+    if max_tokens is not None and sp["min_new_tokens"] > max_tokens:
+        raise bad_request("min_tokens", f"must not exceed max_tokens ({max_tokens})")
+    constraints = [(k, f.raw(k)) for k in ("regex", "ebnf", "grammar", "json_schema") if f.has(k)]
+    for name, value in constraints:
+        if name == "json_schema" and not isinstance(value, (dict, str)):
+            raise bad_request(name, "must be a JSON Schema object or its JSON text")
+        if name != "json_schema" and not isinstance(value, str):
+            raise bad_request(name, "must be a string")
+    fmt = _response_format(f)
+    if fmt is not None:
+        constraints.append(fmt)
+    if len(constraints) > 1:
+        names = ["response_format" if c is fmt else c[0] for c in constraints]
+        raise bad_request(names[1], f"at most one constraint per request, got {names}")
+    if constraints:
+        sp[constraints[0][0]] = constraints[0][1]
+    return {k: v for k, v in sp.items() if v is not None or k == "max_new_tokens"}
+
+
+def _stream_flags(f: Fields) -> tuple[bool, bool]:
+    stream = f.boolean("stream")
+    options = f.obj("stream_options")
+    include_usage = False
+    if options is not None:
+        if not stream:
+            raise bad_request("stream_options", "is only allowed with stream: true")
+        include_usage = Fields(options, "stream_options").boolean("include_usage")
+    return stream, include_usage
+
+
+def _common_checks(f: Fields) -> None:
+    f.string("model")
+    f.string("user")
+
+
+def _subs(prompts: list[list[int]], sp: dict[str, Any]) -> list[SubRequest]:
+    check_fanout(len(prompts), sp["n"], "n")
+    return [SubRequest(ids, sample, i) for i, ids in enumerate(prompts) for sample in expand_samples(sp)]
+
+
+# ------------------------------------------------------------------------------------------------ completions
+async def parse_completion(body: dict, state: ServerState) -> OpenAIRequest:
+    f = Fields(body)
+    f.reject_unknown(COMPLETION_FIELDS)
+    _common_checks(f)
+    if f.has("suffix"):
+        raise bad_request("suffix", "is not supported")
+    prompt = f.raw("prompt")
+    if isinstance(prompt, str):
+        texts = [prompt]
+        prompts = await state.encode(texts)
+    elif isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
+        texts = prompt
+        prompts = await state.encode(texts)
+    elif isinstance(prompt, list) and prompt and all(is_int(t) for t in prompt):
+        prompts = [token_id_list(prompt, "prompt", state.vocab_size)]
+        texts = None
+    elif isinstance(prompt, list) and prompt and all(isinstance(p, list) for p in prompt):
+        prompts = [token_id_list(p, f"prompt[{i}]", state.vocab_size) for i, p in enumerate(prompt)]
+        texts = None
+    else:
+        raise bad_request("prompt", "must be a string, an array of strings, an array of token ids, or an array of "
+                                    "arrays of token ids (non-empty)")
+    if not prompts or not all(prompts):
+        raise bad_request("prompt", "must not be empty")
+    max_tokens = f.integer("max_tokens", COMPLETIONS_DEFAULT_MAX_TOKENS, low=0)
+    echo = f.boolean("echo")
+    logprobs_n = f.integer("logprobs", None, low=0, high=MAX_TOP_LOGPROBS)
+    sp = sampling_params(f, state, max_tokens)
+    best_of = f.integer("best_of", None, low=1)
+    if best_of is not None and best_of != sp["n"]:
+        raise bad_request("best_of", "only best_of == n is supported")
+    for i, ids in enumerate(prompts):
+        state.check_fits(ids, max_tokens, "prompt", "max_tokens")
+    stream, include_usage = _stream_flags(f)
+    if texts is None and echo:
+        tok = state.engine.tokenizer
+        texts = [tok.decode(ids) for ids in prompts]
+    want = logprobs_n is not None
+    return OpenAIRequest(
+        rid=f.string("rid", nonempty=True) or f"cmpl-{uuid.uuid4().hex}", prompts=prompts, prompt_texts=texts or [],
+        subs=_subs(prompts, sp),
+        logprobs=LogprobOptions(want, logprobs_n or 0, 0 if (want and echo) else None),
+        want_logprobs=want, top_logprobs=logprobs_n or 0, stream=stream, include_usage=include_usage, echo=echo)
+
+
+# ------------------------------------------------------------------------------------------------ chat
+def chat_messages(raw: Any) -> list[dict[str, str]]:
+    """OpenAI messages as the plain {role, content} turns a chat template reads."""
+    if not isinstance(raw, list) or not raw:
+        raise bad_request("messages", "must be a non-empty array of messages")
+    out = []
+    for i, m in enumerate(raw):
+        where = f"messages[{i}]"
+        if not isinstance(m, dict):
+            raise bad_request(where, "must be an object with `role` and `content`")
+        role = m.get("role")
+        if role not in CHAT_ROLES:
+            raise bad_request(f"{where}.role", f"must be one of {sorted(CHAT_ROLES)}, got {role!r}")
+        content = m.get("content")
+        if content is None and role == "assistant":
+            content = ""
+        if isinstance(content, list):
+            parts = []
+            for j, part in enumerate(content):
+                if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                    raise bad_request(f"{where}.content[{j}]", "only text parts ({type: text, text}) are supported")
+                parts.append(part["text"])
+            content = "".join(parts)
+        if not isinstance(content, str):
+            raise bad_request(f"{where}.content", "must be a string or an array of text parts")
+        out.append({"role": CHAT_ROLES[role], "content": content})
+    return out
+
+
+def render_chat(state: ServerState, messages: list[dict[str, str]]) -> list[int]:
+    tok = state.engine.tokenizer
+    try:
+        text = tok.apply_chat_template(messages, add_generation_prompt=True)
+    except Exception as exc:  # noqa: BLE001 - a template's raise_exception (roles must alternate) is bad input
+        raise bad_request("messages", f"the chat template refused them: {exc}") from None
+    return tok.encode(text, add_special_tokens=False)
+
+
+async def parse_chat(body: dict, state: ServerState) -> OpenAIRequest:
+    f = Fields(body)
+    f.reject_unknown(CHAT_FIELDS)
+    _common_checks(f)
+    if f.raw("tools"):
+        raise bad_request("tools", "tool calling is not supported; constrain the output with response_format "
+                                   "json_schema or an ebnf/regex instead")
+    messages = chat_messages(f.raw("messages"))
+    ids = await state.run_blocking(render_chat, state, messages)
+    max_field = "max_completion_tokens" if f.has("max_completion_tokens") else "max_tokens"
+    max_tokens = f.integer(max_field, None, low=1)
+    f.raw("max_tokens")
+    state.check_fits(ids, max_tokens, "messages", max_field)
+    want = f.boolean("logprobs")
+    top = f.integer("top_logprobs", 0, low=0, high=MAX_TOP_LOGPROBS)
+    if top and not want:
+        raise bad_request("top_logprobs", "needs logprobs: true")
+    sp = sampling_params(f, state, max_tokens)
+    stream, include_usage = _stream_flags(f)
+    return OpenAIRequest(
+        rid=f.string("rid", nonempty=True) or f"chatcmpl-{uuid.uuid4().hex}", prompts=[ids], prompt_texts=[],
+        subs=_subs([ids], sp), logprobs=LogprobOptions(want, top, None), want_logprobs=want, top_logprobs=top,
+        stream=stream, include_usage=include_usage)
