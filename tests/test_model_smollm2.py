@@ -13,7 +13,7 @@ import pytest
 import torch
 from radixgen.runtime.engine_config import EngineConfig
 from radixgen.runtime.model_runner import ModelRunner
-from radixgen.runtime.simple_generate import generate_ids
+from radixgen.runtime.engine import Engine
 
 # (prompt ids, greedy continuation) recorded from transformers on the same file.
 RECORDED = [
@@ -29,9 +29,21 @@ RECORDED = [
 
 
 @pytest.fixture(scope="module")
-def runner(default_model_path) -> ModelRunner:
-    return ModelRunner(EngineConfig(model_path=str(default_model_path), device="cpu", dtype="float32",
-                                    max_total_tokens=256, max_running_requests=2))
+def engine(default_model_path):
+    with Engine(str(default_model_path), device="cpu", dtype="float32", max_total_tokens=512,
+                max_running_requests=4) as eng:
+        yield eng
+
+
+@pytest.fixture(scope="module")
+def runner(engine) -> ModelRunner:
+    return engine.runner
+
+
+def generate_ids(engine: Engine, ids: list[int], n: int, temperature: float = 0.0, seed: int | None = None,
+                 stop_at_eos: bool = False) -> list[int]:
+    params = {"max_new_tokens": n, "temperature": temperature, "seed": seed, "ignore_eos": not stop_at_eos}
+    return engine.generate(input_ids=ids, sampling_params=params)["output_ids"]
 
 
 def test_config_from_gguf_metadata(runner):
@@ -43,21 +55,22 @@ def test_config_from_gguf_metadata(runner):
 
 
 @pytest.mark.parametrize("prompt,expected", RECORDED)
-def test_greedy_continuation_matches_recorded_transformers_output(runner, prompt, expected):
-    got = list(generate_ids(runner, prompt, len(expected), stop_ids=runner.model_config.eos_token_ids))
-    assert got == expected
-    assert runner.slot_allocator.num_free == runner.max_total_tokens  # every slot returned
+def test_greedy_continuation_matches_recorded_transformers_output(engine, prompt, expected):
+    assert generate_ids(engine, prompt, len(expected), stop_at_eos=True) == expected
+    assert engine.flush_cache()
+    stats = engine.get_stats()
+    assert stats["kv_slots_free"] == stats["kv_slots_total"]  # every slot returned
 
 
-def test_generation_stops_at_eos(runner):
+def test_generation_stops_at_eos(engine):
     prompt, expected = RECORDED[2]  # the chat answer ends with <|im_end|> (id 2) after 8 tokens
-    assert list(generate_ids(runner, prompt, 30, stop_ids=runner.model_config.eos_token_ids)) == expected
+    assert generate_ids(engine, prompt, 30, stop_at_eos=True) == expected
 
 
-def test_seeded_sampling_is_reproducible(runner):
+def test_seeded_sampling_is_reproducible(engine):
     prompt = RECORDED[0][0]
-    a = list(generate_ids(runner, prompt, 8, temperature=1.0, seed=7))
-    b = list(generate_ids(runner, prompt, 8, temperature=1.0, seed=7))
+    a = generate_ids(engine, prompt, 8, temperature=1.0, seed=7)
+    b = generate_ids(engine, prompt, 8, temperature=1.0, seed=7)
     assert a == b
 
 
@@ -96,7 +109,7 @@ PROMPTS = [
 
 
 @pytest.mark.slow
-def test_greedy_32_tokens_and_weights_match_transformers_gguf(runner, default_model_path):
+def test_greedy_32_tokens_and_weights_match_transformers_gguf(engine, runner, default_model_path):
     transformers = pytest.importorskip("transformers")
     folder, name = str(default_model_path.parent), default_model_path.name
     tok = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=name)
@@ -121,5 +134,5 @@ def test_greedy_32_tokens_and_weights_match_transformers_gguf(runner, default_mo
             input_ids = torch.tensor([ids])
             want = hf.generate(input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=32,
                                do_sample=False, eos_token_id=None)[0, len(ids):].tolist()
-        got = list(generate_ids(runner, ids, 32))
+        got = generate_ids(engine, ids, 32)
         assert got == want, f"{kind} prompt {text!r}"
