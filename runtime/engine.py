@@ -68,7 +68,8 @@ class Engine:
 
     # -------------------------------------------------------------- building
     def _prepare(self, prompt: Any, input_ids: Any, sampling_params: Any, return_logprob: bool,
-                 top_logprobs_num: int, logprob_start_len: int | None, rid: Any) -> tuple[list[Req], bool]:
+                 top_logprobs_num: int, logprob_start_len: int | None, rid: Any,
+                 cache_namespace: Any = None) -> tuple[list[Req], bool]:
         """Validate everything and build the Req objects (n per prompt). Raises ValueError on bad input."""
         from radixgen.runtime.sampling_params import SamplingParams
 
@@ -109,8 +110,9 @@ class Engine:
                 raise ValueError(f"logprob_start_len must be in [0, {len(arr)}], got {logprob_start_len}")
             grammar = self._compile(params)
             for sub in params.expand_n():
-                reqs.append(self._make_req(arr, sub, grammar, return_logprob, top_logprobs_num,
-                                           logprob_start_len, rid))
+                req = self._make_req(arr, sub, grammar, return_logprob, top_logprobs_num, logprob_start_len, rid)
+                req.namespace = cache_namespace
+                reqs.append(req)
         return reqs, batched or params_list[0].n > 1
 
     def _compile(self, params):
@@ -139,12 +141,15 @@ class Engine:
     # ------------------------------------------------------------- generate
     def generate(self, prompt: str | list[str] | None = None, sampling_params: dict | list | None = None,
                  input_ids: list | None = None, return_logprob: bool = False, top_logprobs_num: int = 0,
-                 logprob_start_len: int | None = None, stream: bool = False, rid: Any = None
-                 ) -> dict | list[dict] | Iterator[dict]:
-        """Generate for one prompt (dict out) or a list of prompts (list out), or stream one prompt's chunks."""
+                 logprob_start_len: int | None = None, stream: bool = False, rid: Any = None,
+                 cache_namespace: Any = None) -> dict | list[dict] | Iterator[dict]:
+        """Generate for one prompt (dict out) or a list of prompts (list out), or stream one prompt's chunks.
+
+        `cache_namespace` (any hashable, e.g. a tenant's cache salt) keeps this request's cached prefixes apart
+        from other namespaces'."""
         self._check_open()
         reqs, batched = self._prepare(prompt, input_ids, sampling_params, return_logprob, top_logprobs_num,
-                                      logprob_start_len, rid)
+                                      logprob_start_len, rid, cache_namespace)
         if stream:
             if len(reqs) != 1:
                 raise ValueError("stream=True takes a single prompt with n=1")
@@ -182,14 +187,14 @@ class Engine:
 
     async def async_generate(self, prompt: str | list[str] | None = None, sampling_params: dict | list | None = None,
                              input_ids: list | None = None, return_logprob: bool = False, top_logprobs_num: int = 0,
-                             logprob_start_len: int | None = None, stream: bool = False, rid: Any = None
-                             ) -> dict | list[dict] | AsyncIterator[dict]:
+                             logprob_start_len: int | None = None, stream: bool = False, rid: Any = None,
+                             cache_namespace: Any = None) -> dict | list[dict] | AsyncIterator[dict]:
         """Awaitable generate; with stream=True returns an async iterator of chunks."""
         self._check_open()
         loop = asyncio.get_running_loop()
         reqs, batched = await loop.run_in_executor(
             self._compile_pool, self._prepare, prompt, input_ids, sampling_params, return_logprob,
-            top_logprobs_num, logprob_start_len, rid)
+            top_logprobs_num, logprob_start_len, rid, cache_namespace)
         if stream:
             if len(reqs) != 1:
                 raise ValueError("stream=True takes a single prompt with n=1")

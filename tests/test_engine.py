@@ -180,3 +180,14 @@ def _wait_idle(engine, timeout=30.0):
             return
         done.wait(0.1)
     raise AssertionError("engine did not become idle")
+
+
+def test_cache_namespaces_keep_prefixes_apart(engine):
+    engine.flush_cache()
+    prompt = PROMPTS[3]
+    engine.generate(prompt, GREEDY, cache_namespace="tenant-a")
+    other = engine.generate(prompt, GREEDY, cache_namespace="tenant-b")
+    same = engine.generate(prompt, GREEDY, cache_namespace="tenant-a")
+    assert other["meta_info"]["cached_tokens"] == 0
+    assert same["meta_info"]["cached_tokens"] > 0
+    assert other["output_ids"] == same["output_ids"]
