@@ -13,7 +13,7 @@ from pathlib import Path
 import aiohttp
 import jsonschema
 import pytest
-from lang_engine_cache import shared_engine, skip_without_constraints
+from lang_engine_cache import shared_engine
 from radixgen.runtime.server import openai_api
 from radixgen.runtime.server.launch import BackgroundServer
 from radixgen.runtime.server.programs import ProgramRegistry
@@ -109,7 +109,6 @@ def test_chat_and_stream_agree(client, engine):
 
 
 def test_json_schema_response_format_validates(client, engine):
-    skip_without_constraints(engine)
     schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
                                                "age": {"type": "integer", "minimum": 0, "maximum": 120}},
               "required": ["name", "age"], "additionalProperties": False}
@@ -224,7 +223,6 @@ def test_endpoint_backend_runs_examples(server, engine):
     out = load_example("chat").run(backend, max_tokens=8)  # roles rendered from /get_model_info's template
     assert [m["role"] for m in out["messages"]] == ["system", "user", "assistant", "user", "assistant"]
     assert out["text"] == engine.tokenizer.apply_chat_template(out["messages"], add_generation_prompt=False)
-    skip_without_constraints(engine)
     module = load_example("regex_constraints")
     out = module.run(backend, max_tokens=16)
     assert re.fullmatch(module.IPV4, out["dns"]) and re.fullmatch(module.ISO_DATE, out["moon"])

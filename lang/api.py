@@ -1,0 +1,127 @@
+"""The primitives a program appends: `gen`, `gen_int`, `gen_string`, `select`, and the chat roles.
+
+Names and arguments follow SGLang's frontend language, so `import radixgen as sgl` runs programs written for
+it; `grammar=` (Lark or EBNF text) is radixgen's addition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from radixgen.lang.choices import check_method
+from radixgen.lang.expr import Expr, ExprList, Gen, RoleBegin, RoleEnd, Select, check_choices, role_expr
+from radixgen.lang.schema import schema_text
+from radixgen.lang.spec import DTYPE_REGEX, Constraint, grammar_constraint, make_spec
+
+
+def gen(
+    name: str | None = None,
+    max_tokens: int | None = None,
+    min_tokens: int | None = None,
+    n: int | None = None,
+    stop: str | list[str] | None = None,
+    stop_token_ids: list[int] | None = None,
+    temperature: float | None = None,
+    top_p: float | None = None,
+    top_k: int | None = None,
+    min_p: float | None = None,
+    frequency_penalty: float | None = None,
+    presence_penalty: float | None = None,
+    ignore_eos: bool | None = None,
+    return_logprob: bool | None = None,
+    logprob_start_len: int | None = None,
+    top_logprobs_num: int | None = None,
+    return_text_in_logprobs: bool | None = None,
+    dtype: type | None = None,
+    choices: Sequence[str] | None = None,
+    choices_method: str | None = None,
+    regex: str | None = None,
+    json_schema: Any | None = None,
+    grammar: str | None = None,
+) -> Expr:
+    """Generate a span named `name`. With `choices` it is a `select`; at most one of regex / json_schema /
+    grammar / dtype constrains the output. `logprob_start_len` and `return_text_in_logprobs` are accepted so that
+    SGLang programs run unchanged; a gen's logprobs always start at its first generated token."""
+    if choices is not None:
+        return select(name, choices, temperature or 0.0, choices_method or "token_length_normalized")
+    if n not in (None, 1):
+        raise ValueError("gen(n=...) is not supported; fork the state instead: `forks = s.fork(n)`")
+    given = [k for k, v in (("regex", regex), ("json_schema", json_schema), ("grammar", grammar),
+                            ("dtype", dtype)) if v is not None]
+    if len(given) > 1:
+        raise ValueError(f"gen takes at most one of regex/json_schema/grammar/dtype, got {given}")
+    constraint: Constraint | None = None
+    if regex is not None:
+        constraint = Constraint("regex", regex)
+    elif json_schema is not None:
+        constraint = Constraint("json_schema", schema_text(json_schema))
+    elif grammar is not None:
+        constraint = grammar_constraint(grammar)
+    elif dtype is not None:
+        if dtype not in DTYPE_REGEX:
+            raise TypeError(f"dtype must be one of int, float, bool, str; got {dtype!r}")
+        constraint = Constraint("regex", DTYPE_REGEX[dtype])
+    spec = make_spec(
+        max_tokens=max_tokens, min_tokens=min_tokens, stop=stop, stop_token_ids=stop_token_ids,
+        temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p, frequency_penalty=frequency_penalty,
+        presence_penalty=presence_penalty, ignore_eos=ignore_eos, return_logprob=return_logprob,
+        top_logprobs_num=top_logprobs_num, constraint=constraint,
+    )
+    return Gen(name, spec, dtype)
+
+
+def gen_int(name: str | None = None, **kwargs: Any) -> Expr:
+    """An integer (decoded under an integer regex, stored as `int`)."""
+    return gen(name, dtype=int, **kwargs)
+
+
+def gen_string(name: str | None = None, **kwargs: Any) -> Expr:
+    """A double-quoted string on one line (stored without the quotes)."""
+    return gen(name, dtype=str, **kwargs)
+
+
+def select(
+    name: str | None = None,
+    choices: Sequence[str] | None = None,
+    temperature: float = 0.0,
+    choices_method: str = "token_length_normalized",
+) -> Expr:
+    """Choose among `choices` by scoring each after the current text, in one batched prefill."""
+    return Select(name, check_choices(choices), float(temperature), check_method(choices_method))
+
+
+def system(expr: Any | None = None) -> ExprList:
+    return role_expr("system", expr)
+
+
+def user(expr: Any | None = None) -> ExprList:
+    return role_expr("user", expr)
+
+
+def assistant(expr: Any | None = None) -> ExprList:
+    return role_expr("assistant", expr)
+
+
+def system_begin() -> Expr:
+    return RoleBegin("system")
+
+
+def system_end() -> Expr:
+    return RoleEnd("system")
+
+
+def user_begin() -> Expr:
+    return RoleBegin("user")
+
+
+def user_end() -> Expr:
+    return RoleEnd("user")
+
+
+def assistant_begin() -> Expr:
+    return RoleBegin("assistant")
+
+
+def assistant_end() -> Expr:
+    return RoleEnd("assistant")
