@@ -1,0 +1,122 @@
+"""The CUDA-graph runner's bucketing and padding, run eagerly on the CPU (`use_graphs=False`).
+
+The capture itself needs CUDA (tests/test_gpu_engine.py); everything around it — static buffers, the copy of a
+batch into them, padding rows that write only the reserved slot and read nothing, the reset of rows a larger
+earlier batch used — is the same code, checked here against the plain eager forward of the same batch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from radixgen.runtime.cuda_graph_runner import CudaGraphRunner, graph_batch_sizes
+from radixgen.runtime.forward_batch import ForwardMode, build_forward_batch
+from radixgen.runtime.kv_pool import PADDING_SLOT, KVPool, ReqToTokenPool
+from radixgen.runtime.loader import load_model
+
+TINY = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 97, "hidden_size": 32,
+    "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "max_position_embeddings": 64, "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": False,
+}
+NUM_SLOTS, MAX_REQS = 512, 12
+
+
+def test_graph_batch_sizes():
+    assert graph_batch_sizes(256) == [1, 2, 4, 8, 16, 24, 32] + list(range(48, 257, 16))
+    assert graph_batch_sizes(5) == [1, 2, 4, 5]
+    assert graph_batch_sizes(1) == [1]
+    assert graph_batch_sizes(50) == [1, 2, 4, 8, 16, 24, 32, 48, 50]
+    with pytest.raises(ValueError):
+        graph_batch_sizes(0)
+
+
+@pytest.fixture(scope="module")
+def setup():
+    torch.manual_seed(0)
+    model, config = load_model(None, "dummy", "cpu", torch.float32, dummy_config=TINY, seed=1)
+    pool = KVPool.for_model(config, NUM_SLOTS, torch.float32, "cpu")
+    rows = ReqToTokenPool(MAX_REQS, config.max_position_embeddings, "cpu")
+    # Every request row holds a random prefix of distinct random slots (slot 0 never handed out).
+    rng = np.random.default_rng(0)
+    slots = rng.permutation(np.arange(1, NUM_SLOTS))
+    lens = rng.integers(3, 30, size=MAX_REQS)
+    offset = 0
+    for r in range(MAX_REQS):
+        rows.write(r, 0, slots[offset : offset + lens[r] + 1])  # +1: the slot the decode token writes
+        offset += lens[r] + 1
+    runner = CudaGraphRunner(model, pool, rows.req_to_token, max_bs=8, max_context=config.max_position_embeddings,
+                             use_graphs=False)
+    return model, pool, rows, lens, runner
+
+
+def _fill_kv(pool: KVPool, seed: int) -> None:
+    g = torch.Generator().manual_seed(seed)
+    for buf in pool.k_buffers + pool.v_buffers:
+        buf.copy_(torch.randn(buf.shape, generator=g))
+
+
+def _decode_batch(rows: ReqToTokenPool, lens: np.ndarray, reqs: list[int], seed: int):
+    rng = np.random.default_rng(seed)
+    ids = [[int(rng.integers(0, TINY["vocab_size"]))] for _ in reqs]
+    prefix = [int(lens[r]) for r in reqs]
+    loc = torch.tensor([int(rows.req_to_token[r, lens[r]]) for r in reqs], dtype=torch.int64)
+    fb = build_forward_batch(ids, prefix, reqs, rows.req_to_token, loc)
+    assert fb.mode is ForwardMode.DECODE
+    return fb, loc
+
+
+def _snapshot(pool: KVPool) -> list[torch.Tensor]:
+    return [b.clone() for b in pool.k_buffers + pool.v_buffers]
+
+
+def _restore(pool: KVPool, snap: list[torch.Tensor]) -> None:
+    for buf, saved in zip(pool.k_buffers + pool.v_buffers, snap):
+        buf.copy_(saved)
+
+
+@pytest.mark.parametrize("order", [(3, 7, 5, 1, 8), (8, 2, 6)])
+def test_padded_replay_equals_eager_forward(setup, order):
+    """Batches of shrinking and growing sizes: logits and every KV write equal the unpadded eager forward."""
+    model, pool, rows, lens, runner = setup
+    for step, n in enumerate(order):
+        _fill_kv(pool, seed=step)
+        reqs = list(np.random.default_rng(step).choice(MAX_REQS, size=n, replace=False))
+        fb, loc = _decode_batch(rows, lens, reqs, seed=100 + step)
+        assert runner.can_run(fb)
+        before = _snapshot(pool)
+        with torch.inference_mode():
+            want = model(fb, pool)
+        want_kv = _snapshot(pool)
+        _restore(pool, before)
+        got = runner.replay(fb)
+        assert got.shape == (n, TINY["vocab_size"])
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        # Same KV everywhere except the padding slot, which only padding rows (if any) wrote; the batch's own
+        # slots within rounding (a padded matmul may round differently), every other slot untouched.
+        untouched = torch.ones(NUM_SLOTS, dtype=torch.bool)
+        untouched[loc] = False
+        untouched[PADDING_SLOT] = False
+        for buf, ref, old in zip(pool.k_buffers + pool.v_buffers, want_kv, before):
+            torch.testing.assert_close(buf[loc], ref[loc], rtol=1e-5, atol=1e-6)
+            assert buf[untouched].equal(old[untouched])
+            if runner.bucket(n) == n:
+                torch.testing.assert_close(buf[PADDING_SLOT], old[PADDING_SLOT], rtol=0, atol=0)
+        # Rows past the batch hold padding values after every replay.
+        assert runner.seq_lens[n:].eq(0).all() and runner.out_cache_loc[n:].eq(PADDING_SLOT).all()
+        assert runner.input_ids[:n].equal(fb.input_ids)
+
+
+def test_can_run_refuses_what_the_graphs_do_not_compute(setup):
+    _model, _pool, rows, lens, runner = setup
+    fb, _ = _decode_batch(rows, lens, [0, 1], seed=0)
+    assert runner.can_run(fb)
+    too_many, _ = _decode_batch(rows, lens, list(range(9)), seed=0)
+    assert not runner.can_run(too_many)  # over max_bs
+    fb.logits_indices = torch.tensor([1])
+    assert not runner.can_run(fb)  # only some rows want logits
+    ext = build_forward_batch([[1, 2, 3]], [0], [0], rows.req_to_token, torch.tensor([5, 6, 7]))
+    assert not runner.can_run(ext)  # prefill runs eagerly
+    other = build_forward_batch([[1]], [3], [0], rows.req_to_token.clone(), torch.tensor([5]))
+    assert not runner.can_run(other)  # a different req_to_token table
