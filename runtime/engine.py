@@ -174,6 +174,7 @@ class Engine:
 
     def _stream_sync(self, req: Req) -> Iterator[dict]:
         req.sink = SyncSink()
+        req.stream = True
         self.core.submit(req)
         try:
             while True:
@@ -220,6 +221,7 @@ class Engine:
 
     async def _stream_async(self, req: Req, loop: asyncio.AbstractEventLoop) -> AsyncIterator[dict]:
         req.sink = AsyncSink(loop)
+        req.stream = True
         self.core.submit(req)
         finished = False
         try:

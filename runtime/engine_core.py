@@ -78,6 +78,7 @@ class EngineCore:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.bitmask_words = (self.vocab_size + 31) // 32
+        self._eos_set = frozenset(tokenizer.eos_token_ids)
         self.on_step: Callable[[ScheduleBatch], None] | None = None  # test hook
 
     # ------------------------------------------------------------ thread API
@@ -288,7 +289,11 @@ class EngineCore:
         return limit - len(req.output_ids)
 
     def _append(self, req: Req, ids: list[int]) -> None:
-        """Record new output tokens, check stop conditions, stream the text delta, finish if done."""
+        """Record new output tokens, check stop conditions, stream the text delta, finish if done.
+
+        Text is produced per step only where someone needs it per step (a streaming caller, or stop strings to
+        match); otherwise the output is detokenized once, at the finish.
+        """
         self.counters.generated_tokens += len(ids)
         finish = None
         kept = 0
@@ -298,29 +303,39 @@ class EngineCore:
             finish = req.stop_checker.check_token(t, len(req.output_ids))
             # The matcher has already consumed all of `ids` (jump-forward tokens included): ask it only at the end.
             if finish is None and kept == len(ids) and req.matcher is not None and req.matcher.is_terminated():
-                finish = {"type": "stop", "matched": t if t in self._eos_ids(req) else None}
+                finish = {"type": "stop", "matched": t if t in self._eos_set else None}
             if finish is None and self._token_budget(req) <= 0:
                 finish = {"type": "length", "matched": None}
             if finish is not None:
                 break
-        text = req.stop_checker.feed_text(req.detok, ids[:kept], finished=finish is not None)
+        if not (req.stream or req.params.stop):
+            if finish is not None:
+                self._finish(req, finish)
+            return
+        text = self._text_so_far(req, finished=finish is not None)
         if finish is None and req.stop_checker.stop_string_hit is not None:
             finish = {"type": "stop", "matched": req.stop_checker.stop_string_hit}
-            text = req.stop_checker.feed_text(req.detok, [], finished=True)
-        if text:
-            req.emitted_text += text
+            text += self._text_so_far(req, finished=True)
         if finish is not None:
             self._finish(req, finish, delta_text=text, delta_ids=ids[:kept])
-        elif req.sink is not None and (text or ids):
+        elif req.stream and (text or ids):
             req.sink.put({"text": text, "output_ids": ids[:kept], "finished": False, "meta_info": None})
 
-    def _eos_ids(self, req: Req) -> set[int]:
-        return set(self.tokenizer.eos_token_ids)
+    def _text_so_far(self, req: Req, finished: bool) -> str:
+        """Detokenize the output tokens not yet turned into text (through the stop checker)."""
+        new = req.output_ids[req.text_pos :]
+        req.text_pos = len(req.output_ids)
+        req.text_done = finished
+        text = req.stop_checker.feed_text(req.detok, new, finished=finished)
+        req.emitted_text += text
+        return text
 
     # ---------------------------------------------------------------- finish
     def _finish(self, req: Req, reason: dict, delta_text: str = "", delta_ids: list[int] | None = None) -> None:
         if req.state is ReqState.FINISHED:
             return
+        if not req.text_done:
+            delta_text += self._text_so_far(req, finished=True)
         self.scheduler.finish(req)
         self.reqs.pop(req.rid, None)
         req.finish_reason = reason
@@ -330,8 +345,10 @@ class EngineCore:
         c.prompt_tokens += req.prompt_len
         c.cached_tokens += req.cached_tokens
         if req.sink is not None:
-            req.sink.put({"text": delta_text, "output_ids": delta_ids or [], "finished": True,
-                          "meta_info": self.meta_info(req)})
+            # A streaming caller has had every earlier delta; any other caller gets the whole output now.
+            text = delta_text if req.stream else req.emitted_text
+            ids = (delta_ids or []) if req.stream else list(req.output_ids)
+            req.sink.put({"text": text, "output_ids": ids, "finished": True, "meta_info": self.meta_info(req)})
 
     def meta_info(self, req: Req) -> dict:
         now = time.perf_counter()

@@ -62,6 +62,9 @@ class Req:
     detok: Any = None
     stop_checker: Any = None
     emitted_text: str = ""
+    stream: bool = False  # a caller reads per-token chunks (else text is produced once, at the finish)
+    text_pos: int = 0  # output tokens already turned into text
+    text_done: bool = False  # the detokenizer was flushed: the text is final
     created: float = field(default_factory=time.perf_counter)
     first_token_time: float | None = None
 
