@@ -201,8 +201,11 @@ class EngineCore:
         if not sel:
             return
         reqs = [batch.items[i].req for i in sel]
-        row_idx = torch.from_numpy(rows.sample_row[sel]).to(logits.device)
-        sample_logits = logits.index_select(0, row_idx)
+        sample_rows = rows.sample_row[sel]
+        if len(sample_rows) == logits.shape[0] and (sample_rows == np.arange(len(sample_rows))).all():
+            sample_logits = logits  # the usual decode step: every logits row is sampled, in order
+        else:
+            sample_logits = logits.index_select(0, torch.from_numpy(sample_rows).to(logits.device))
         t0 = time.perf_counter()
         mask, mask_rows = self._grammar_masks(reqs)
         t1 = time.perf_counter()

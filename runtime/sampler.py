@@ -65,6 +65,10 @@ class Sampler:
         stay unmasked. Call `batch.append(out.next_token_ids)` once the tokens are accepted."""
         if logits.dim() != 2 or logits.shape[0] != batch.batch_size or logits.shape[1] != self.vocab_size:
             raise ValueError(f"logits must be [{batch.batch_size}, {self.vocab_size}], got {list(logits.shape)}")
+        # Greedy rows with nothing to apply read the logits as they are; anything else works on a copy.
+        if (batch.all_greedy and grammar_bitmask is None and batch.block_ids is None and batch.logit_bias is None
+                and batch.seen is None and batch.output_counts is None and logits.dtype == torch.float32):
+            return self._greedy_fast(batch, logits)
         x = self.process_logits(batch, logits.to(torch.float32, copy=True))
         logprobs = torch.log_softmax(x, dim=-1) if batch.needs_logprobs else None
         if grammar_bitmask is not None:
@@ -74,6 +78,18 @@ class Sampler:
         next_ids = self._choose(batch, x)
         if logprobs is None:
             return SampleOutput(next_ids)
+        chosen = logprobs.gather(1, next_ids[:, None]).squeeze(1)
+        if batch.max_top_logprobs == 0:
+            return SampleOutput(next_ids, chosen)
+        top = logprobs.topk(min(batch.max_top_logprobs, self.vocab_size), dim=-1)
+        return SampleOutput(next_ids, chosen, top.values, top.indices)
+
+    def _greedy_fast(self, batch: SamplingBatch, logits: torch.Tensor) -> SampleOutput:
+        """All rows greedy, no bias, penalty, grammar or min-token block: argmax without copying the logits."""
+        next_ids = logits.argmax(dim=-1)
+        if not batch.needs_logprobs:
+            return SampleOutput(next_ids)
+        logprobs = torch.log_softmax(logits, dim=-1)
         chosen = logprobs.gather(1, next_ids[:, None]).squeeze(1)
         if batch.max_top_logprobs == 0:
             return SampleOutput(next_ids, chosen)
