@@ -5,7 +5,7 @@ sharing at all (the overhead check). For each: tokens prefilled (through the mod
 best achievable hit rate (computed offline from the prompts: every token of a prompt that is a prefix of an
 earlier-submitted sequence), and wall time with the cache on vs off.
 
-    python benchmarks/prefix_sharing.py [--model PATH] [--scale 1.0]
+    python benchmarks/prefix_sharing.py [--model PATH] [--scale 1.0] [--max-new-tokens 8] [--repeats 2]
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ def chats(rng: random.Random, scale: float) -> list[list[str]]:
     """Each conversation is a list of turns; turn k's prompt extends turn k-1's prompt + answer."""
     convs = []
     for _ in range(int(6 * scale)):
-        turns, ctx = [], f"System: {sentence(rng, 20)}\n"
+        turns, ctx = [], f"System: {sentence(rng, 150)}\n"  # a realistic system prompt
         for _ in range(4):
-            ctx += f"User: {sentence(rng, 15)}\nAssistant:"
+            ctx += f"User: {sentence(rng, 40)}\nAssistant:"
             turns.append(ctx)
             ctx += " {answer}\n"
         convs.append(turns)
@@ -45,7 +45,7 @@ def chats(rng: random.Random, scale: float) -> list[list[str]]:
 
 
 def tree_of_thought(rng: random.Random, scale: float) -> list[list[str]]:
-    root = f"Problem: {sentence(rng, 40)}\n"
+    root = f"Problem: {sentence(rng, 150)}\n"  # a word problem with its context
     out = []
     for i in range(int(4 * scale)):
         branch = root + f"Thought {i}: {sentence(rng, 10)}\n"
@@ -103,6 +103,7 @@ def main() -> None:
     ap.add_argument("--model", default=None)
     ap.add_argument("--scale", type=float, default=1.0)
     ap.add_argument("--max-new-tokens", type=int, default=8)
+    ap.add_argument("--repeats", type=int, default=2)
     args = ap.parse_args()
     workloads = {"few-shot": few_shot, "4-turn chat": chats, "tree-of-thought": tree_of_thought,
                  "no sharing": no_sharing}
@@ -113,8 +114,11 @@ def main() -> None:
             engine = Engine(args.model, disable_radix_cache=not cache_on)
             groups = make(random.Random(0), args.scale)
             run_workload(engine, [[groups[0][0]]], 1)  # warm-up (kernels, allocator)
-            engine.flush_cache()
-            result[cache_on] = run_workload(engine, groups, args.max_new_tokens)
+            runs = []
+            for _ in range(args.repeats):  # the fastest of a few runs: this box is shared and noisy
+                engine.flush_cache()
+                runs.append(run_workload(engine, groups, args.max_new_tokens))
+            result[cache_on] = min(runs, key=lambda r: r["wall"])
             engine.shutdown()
         on, off = result[True], result[False]
         optimum = on["optimum"]
