@@ -77,7 +77,11 @@ class CompiledFunction:
         return f"compiled {self.graph.name}: {mode}; constant prefix of {prefix} node(s)\n{self.graph}"
 
     def run(self, backend: Any | None = None, **kwargs: Any) -> ProgramState:
-        return self.run_batch([kwargs], backend=backend)[0]
+        """Run once: keyword arguments are the program's, except run options (temperature, ...) it lacks."""
+        from radixgen.lang.function import _RUN_OPTIONS
+
+        options = {k: kwargs.pop(k) for k in list(kwargs) if k in _RUN_OPTIONS and k not in self.fn.arg_names}
+        return self.run_batch([kwargs], backend=backend, **options)[0]
 
     def run_batch(self, batch_kwargs: Sequence[dict[str, Any]], *, backend: Any | None = None,
                   num_threads: int | str = "auto", progress_bar: bool = False, **options: Any) -> list[ProgramState]:

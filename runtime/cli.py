@@ -100,12 +100,13 @@ def _load_command(spec: str) -> Command:
     return getattr(importlib.import_module(module), attr)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(table: dict[str, str] | None = None) -> argparse.ArgumentParser:
+    """The parser of every subcommand in `table` (default COMMAND_TABLE; the front door adds the language's)."""
     parser = argparse.ArgumentParser(prog="radixgen", description="radixgen: structured LLM programs, fast.")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name, spec in COMMAND_TABLE.items():
+    for name, spec in (COMMAND_TABLE if table is None else table).items():
         command = _load_command(spec)
         p = sub.add_parser(name, help=command.help, description=command.help, parents=[common])
         command.add_arguments(p)
@@ -113,8 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: list[str] | None = None, table: dict[str, str] | None = None) -> int:
+    args = build_parser(table).parse_args(argv)
     try:
         return args._run(args)
     except KeyboardInterrupt:

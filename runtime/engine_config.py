@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 
 
 @dataclass
@@ -29,10 +29,8 @@ class EngineConfig:
     # Misc.
     random_seed: int = 0
     dummy_config: dict | None = None  # model config for load_format="dummy" without a model folder
-    grammar_cache_size: int = 256
     enable_jump_forward: bool = True
     log_level: str = "warning"
-    extra: dict = field(default_factory=dict)
 
     @classmethod
     def from_options(cls, model_path: str | None = None, **options) -> "EngineConfig":

@@ -366,6 +366,9 @@ class EngineCore:
         }
         if req.first_token_time is not None:
             info["ttft"] = req.first_token_time - req.created
+        relaxed = getattr(req.grammar, "relaxations", None)
+        if relaxed:  # what the JSON Schema asked that the grammar could not enforce exactly
+            info["constraint_relaxations"] = list(relaxed)
         if req.return_logprob:
             info["input_token_logprobs"] = req.input_token_logprobs
             info["output_token_logprobs"] = req.output_token_logprobs

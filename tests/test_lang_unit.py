@@ -473,3 +473,14 @@ def test_join_gathers_a_branch_value_equal_to_the_parents():
         forks.join()
 
     assert prog.run(backend=ScriptedBackend())["v"] == ["x", "x"]
+
+
+def test_compiled_run_separates_run_options_from_program_arguments():
+    @sgl.function
+    def prog(s, q):
+        s += q + sgl.gen("a")
+
+    be = ScriptedBackend()
+    prog.compile().run(q="hi", temperature=0.5, backend=be)
+    specs = [spec for kind, _, spec in be.calls if kind == "generate"]
+    assert specs and specs[0].temperature == 0.5

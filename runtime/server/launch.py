@@ -24,7 +24,7 @@ from radixgen.runtime.server.state import DEFAULT_MAX_BODY_BYTES, DEFAULT_PORT, 
 log = logging.getLogger("radixgen.server")
 
 # EngineConfig fields with no command-line flag (set through the model or Python only).
-_NO_FLAG = {"model_path", "dummy_config", "extra"}
+_NO_FLAG = {"model_path", "dummy_config"}
 
 
 def _engine_fields() -> list[dataclasses.Field]:

@@ -1,0 +1,72 @@
+"""`radixgen run PROGRAM.py`: run a program file on an in-process engine.
+
+The file runs as `__main__` with the default backend already set to a fresh `Engine`, so a script that calls
+`fn.run(...)` without `backend=` just works. With `--function NAME`, the named `@function` of the file is run
+with `--arg key=value` arguments (values parsed as JSON when they parse, else kept as strings) and its
+variables are printed as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import runpy
+import sys
+from pathlib import Path
+
+from radixgen.runtime.cli import Command
+
+
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("program", help="a Python file of radixgen programs")
+    p.add_argument("--model", default=None, help="HF model folder or .gguf file (default: SmolLM2-135M-Instruct)")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    p.add_argument("--function", default=None, help="run this @function of the file and print its variables")
+    p.add_argument("--arg", action="append", default=[], metavar="KEY=VALUE",
+                   help="an argument of --function (repeatable; JSON values allowed)")
+    p.add_argument("program_args", nargs="*", help="arguments for the file's sys.argv (after --)")
+
+
+def _parse_args(pairs: list[str]) -> dict:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--arg expects KEY=VALUE, got {pair!r}")
+        try:
+            out[key] = json.loads(value)
+        except ValueError:
+            out[key] = value
+    return out
+
+
+def _run(args: argparse.Namespace) -> int:
+    from radixgen.lang.function import SglFunction, set_default_backend
+    from radixgen.runtime.engine import Engine
+
+    path = Path(args.program)
+    if not path.is_file():
+        raise FileNotFoundError(f"no such program file: {path}")
+    kwargs = _parse_args(args.arg)
+    with Engine(args.model, device=args.device) as engine:
+        set_default_backend(engine)
+        argv = sys.argv
+        sys.argv = [str(path), *args.program_args]
+        try:
+            namespace = runpy.run_path(str(path), run_name="__main__" if args.function is None else "__radixgen__")
+        finally:
+            sys.argv = argv
+        if args.function is None:
+            return 0
+        fn = namespace.get(args.function)
+        if not isinstance(fn, SglFunction):
+            found = sorted(k for k, v in namespace.items() if isinstance(v, SglFunction))
+            raise ValueError(f"{path} has no @function named {args.function!r}; it has {found}")
+        state = fn.run(**kwargs)
+        if state.error() is not None:
+            raise RuntimeError(f"{args.function} failed: {state.error()}")
+        print(json.dumps(state.variables(), ensure_ascii=False, indent=2, default=str))
+    return 0
+
+
+RUN = Command("run", "run a program file on an in-process engine", _arguments, _run)
