@@ -1,7 +1,7 @@
 """`radixgen run PROGRAM.py`: run a program file on an in-process engine.
 
 The file runs as `__main__` with the default backend already set to a fresh `Engine`, so a script that calls
-`fn.run(...)` without `backend=` just works. With `--function NAME`, the named `@function` of the file is run
+`fn.run(...)` without `backend=` just works; arguments after `--` become its `sys.argv[1:]`. With `--function NAME`, the named `@function` of the file is run
 with `--arg key=value` arguments (values parsed as JSON when they parse, else kept as strings) and its
 variables are printed as JSON.
 """
@@ -24,7 +24,6 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--function", default=None, help="run this @function of the file and print its variables")
     p.add_argument("--arg", action="append", default=[], metavar="KEY=VALUE",
                    help="an argument of --function (repeatable; JSON values allowed)")
-    p.add_argument("program_args", nargs="*", help="arguments for the file's sys.argv (after --)")
 
 
 def _parse_args(pairs: list[str]) -> dict:
@@ -51,7 +50,7 @@ def _run(args: argparse.Namespace) -> int:
     with Engine(args.model, device=args.device) as engine:
         set_default_backend(engine)
         argv = sys.argv
-        sys.argv = [str(path), *args.program_args]
+        sys.argv = [str(path), *args.passthrough]  # what follows `--` on the command line
         try:
             namespace = runpy.run_path(str(path), run_name="__main__" if args.function is None else "__radixgen__")
         finally:

@@ -115,7 +115,11 @@ def build_parser(table: dict[str, str] | None = None) -> argparse.ArgumentParser
 
 
 def main(argv: list[str] | None = None, table: dict[str, str] | None = None) -> int:
-    args = build_parser(table).parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # Everything after a bare `--` passes through untouched (e.g. to the script of `radixgen run`).
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args = build_parser(table).parse_args(argv[:cut])
+    args.passthrough = argv[cut + 1 :]
     try:
         return args._run(args)
     except KeyboardInterrupt:
