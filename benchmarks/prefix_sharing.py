@@ -45,12 +45,12 @@ def chats(rng: random.Random, scale: float) -> list[list[str]]:
 
 
 def tree_of_thought(rng: random.Random, scale: float) -> list[list[str]]:
+    """A fan-out submitted at once: 4 thoughts on one problem and 4 next steps under each thought (the 16
+    leaves share the problem, and 4 of them each thought)."""
     root = f"Problem: {sentence(rng, 150)}\n"  # a word problem with its context
-    out = []
-    for i in range(int(4 * scale)):
-        branch = root + f"Thought {i}: {sentence(rng, 10)}\n"
-        out.append([branch + f"Step {j}: {sentence(rng, 6)}\nEvaluate:" for j in range(4)])
-    return out
+    thoughts = [root + f"Thought {i}: {sentence(rng, 10)}\n" for i in range(int(4 * scale))]
+    leaves = [t + f"Step {j}: {sentence(rng, 6)}\nEvaluate:" for t in thoughts for j in range(4)]
+    return [[t + "Evaluate:"] for t in thoughts] + [[leaf] for leaf in leaves]
 
 
 def no_sharing(rng: random.Random, scale: float) -> list[list[str]]:
@@ -104,11 +104,14 @@ def main() -> None:
     ap.add_argument("--scale", type=float, default=1.0)
     ap.add_argument("--max-new-tokens", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--only", nargs="*", default=None, help="workload names to run (default: all)")
     args = ap.parse_args()
     workloads = {"few-shot": few_shot, "4-turn chat": chats, "tree-of-thought": tree_of_thought,
                  "no sharing": no_sharing}
     rows = []
     for name, make in workloads.items():
+        if args.only and name not in args.only:
+            continue
         result = {}
         for cache_on in (True, False):
             engine = Engine(args.model, disable_radix_cache=not cache_on)
