@@ -73,10 +73,11 @@ def load_vocab(name: str) -> Vocab:
         return Vocab("gpt2", token_bytes, eos, lambda s: enc.encode(s, disallowed_special=()), enc,
                      special_ids=[eos])
     if name == "qwen3":
-        from radixgen.grammars.vocab_files import from_tokenizer_json
+        from radixgen.runtime.constraints import build_vocabulary
+        from radixgen.runtime.tokenizer import Tokenizer as OurTokenizer
         from tokenizers import Tokenizer
 
-        rv = from_tokenizer_json(QWEN3_TOKENIZER, eos=["<|im_end|>"])
+        rv = build_vocabulary(OurTokenizer.from_file(QWEN3_TOKENIZER))
         tok = Tokenizer.from_file(str(QWEN3_TOKENIZER))
         eos = tok.token_to_id("<|im_end|>")
         specials = [i for i in range(len(rv.token_bytes)) if rv.token_bytes[i] and i in set(rv.special_ids)]

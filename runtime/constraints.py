@@ -1,8 +1,20 @@
-"""Compile a request's constraint (regex / JSON Schema / EBNF / Lark) for the engine's vocabulary."""
+"""Compile a request's constraint (regex / JSON Schema / EBNF / Lark) for the engine's vocabulary, and build that
+vocabulary from a tokenizer (the one bridge between the tokenizer and the grammars package)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
+
+
+def build_vocabulary(tokenizer, eos_token_ids: Iterable[int] | None = None):
+    """The grammars' `Vocabulary` of a `radixgen.runtime.tokenizer.Tokenizer`: every id's exact bytes, its EOS
+    ids (or `eos_token_ids`), and its special ids (never allowed inside constrained text)."""
+    from radixgen.grammars import Vocabulary
+
+    eos = sorted(tokenizer.eos_token_ids if eos_token_ids is None else eos_token_ids)
+    special = sorted(getattr(tokenizer, "special_token_ids", None) or [])
+    return Vocabulary(tokenizer.all_token_bytes(), eos_token_ids=eos, special_ids=special)
 
 
 def compile_constraint(constraint, vocab):

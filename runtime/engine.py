@@ -58,13 +58,9 @@ class Engine:
         return self.core.max_context
 
     def _build_vocabulary(self):
-        try:
-            from radixgen.grammars import Vocabulary
-        except ImportError:  # pragma: no cover - grammars is part of the package
-            return None
-        tok = self.tokenizer
-        special = getattr(tok, "special_token_ids", None) or []
-        return Vocabulary(tok.all_token_bytes(), eos_token_ids=sorted(tok.eos_token_ids), special_ids=sorted(special))
+        from radixgen.runtime.constraints import build_vocabulary
+
+        return build_vocabulary(self.tokenizer)
 
     # -------------------------------------------------------------- building
     def _prepare(self, prompt: Any, input_ids: Any, sampling_params: Any, return_logprob: bool,

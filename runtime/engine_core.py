@@ -79,6 +79,7 @@ class EngineCore:
         self._thread: threading.Thread | None = None
         self.bitmask_words = (self.vocab_size + 31) // 32
         self._eos_set = frozenset(tokenizer.eos_token_ids)
+        self._sb_cache: tuple | None = None  # (rids, expected output lengths, SamplingBatch) of the last step
         self.on_step: Callable[[ScheduleBatch], None] | None = None  # test hook
 
     # ------------------------------------------------------------ thread API
@@ -210,11 +211,9 @@ class EngineCore:
         mask, mask_rows = self._grammar_masks(reqs)
         t1 = time.perf_counter()
         self.counters.grammar_seconds += t1 - t0
-        sb = SamplingBatch.build(
-            [r.params for r in reqs], self.vocab_size, self.device, eos_token_ids=self.tokenizer.eos_token_ids,
-            prompt_ids=[r.origin_ids for r in reqs], output_ids=[r.output_ids for r in reqs],
-            return_logprob=[r.return_logprob for r in reqs], top_logprobs_num=[r.top_logprobs_num for r in reqs])
+        sb = self._sampling_batch(reqs)
         out = self.sampler.sample(sb, sample_logits, mask, mask_rows)
+        sb.append(out.next_token_ids)
         tokens = out.next_token_ids.tolist()
         logprobs = out.next_token_logprobs.tolist() if out.next_token_logprobs is not None else None
         tops = None
@@ -228,6 +227,24 @@ class EngineCore:
             except Exception as exc:  # one failing request never takes its batch down
                 log.exception("request %s failed", req.rid)
                 self._finish(req, {"type": "abort", "message": f"{type(exc).__name__}: {exc}"})
+
+    def _sampling_batch(self, reqs: list[Req]) -> SamplingBatch:
+        """The sampling tensors of `reqs`: last step's, when the same requests sample again with exactly one new
+        token each since (the steady decode state); otherwise built afresh from the requests' tokens."""
+        rids = tuple(r.rid for r in reqs)
+        lens = [len(r.output_ids) for r in reqs]
+        cached = self._sb_cache
+        if cached is not None and cached[0] == rids and cached[1] == lens:
+            sb = cached[2]
+        else:
+            sb = SamplingBatch.build(
+                [r.params for r in reqs], self.vocab_size, self.device, eos_token_ids=self.tokenizer.eos_token_ids,
+                prompt_ids=[r.origin_ids for r in reqs], output_ids=[r.output_ids for r in reqs],
+                return_logprob=[r.return_logprob for r in reqs],
+                top_logprobs_num=[r.top_logprobs_num for r in reqs])
+        # After this step's sample (appended to sb), a plain decode step leaves each request one token longer.
+        self._sb_cache = (rids, [n + 1 for n in lens], sb)
+        return sb
 
     def _grammar_masks(self, reqs: list[Req]) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         rows = [j for j, r in enumerate(reqs) if r.matcher is not None]

@@ -1,0 +1,356 @@
+"""Deterministic byte automata the matcher runs: a regex DFA as is, or a pushdown automaton, determinized
+lazily.
+
+Both expose the same table interface: a state id per matcher position, `table` / `row_list(state)` giving the
+next state for each byte (-1 dead), and `accepting(state)`. For a regex the table is complete up front. For a
+grammar a state ("configuration") is the set of parser stacks still alive; configurations are interned and
+their rows filled on first use, then shared by every matcher of the grammar, so steady-state decoding is the
+same table lookup as for a regex.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Protocol
+
+import numpy as np
+from radixgen.grammars.bytedfa import ByteDFA
+from radixgen.grammars.columns import group_bytes
+from radixgen.grammars.pda import PdaTables
+
+DEAD = -1
+UNKNOWN = -2
+
+Stack = tuple[int, ...]
+
+
+class ByteAutomaton(Protocol):
+    initial: int
+
+    @property
+    def table(self) -> np.ndarray: ...
+
+    def ensure_rows(self, states: np.ndarray) -> None: ...
+
+    def live_pairs(self, state: int) -> list[tuple[int, int]]: ...
+
+    def row_list(self, state: int) -> list[int]: ...
+
+    def accepting(self, state: int) -> bool: ...
+
+    def step(self, state: int, data: bytes) -> int: ...
+
+
+class DfaAutomaton:
+    """A regex: states are DFA states, the table is the DFA's."""
+
+    def __init__(self, dfa: ByteDFA) -> None:
+        self._dfa = dfa
+        self.initial = 0
+
+    @property
+    def table(self) -> np.ndarray:
+        return self._dfa.trans
+
+    @property
+    def num_states(self) -> int:
+        return self._dfa.num_states
+
+    def ensure_rows(self, states: np.ndarray) -> None:
+        return None
+
+    def live_pairs(self, state: int) -> list[tuple[int, int]]:
+        """(byte, next state) for every live byte, ascending."""
+        return _dfa_live_pairs(self._dfa, state)
+
+    def row_list(self, state: int) -> list[int]:
+        """The table row of `state` as a Python list."""
+        return _dfa_row_list(self._dfa, state)
+
+    def accepting(self, state: int) -> bool:
+        return bool(self._dfa.accepting[state])
+
+    def step(self, state: int, data: bytes) -> int:
+        trans = self._dfa.trans
+        for b in data:
+            state = int(trans[state, b])
+            if state < 0:
+                return DEAD
+        return state
+
+
+MARK = -1  # bottom frame of a relative stack: "some context we do not look at"
+
+
+class DfaEscapes:
+    """A DFA walked as the top frame of a parser stack: reaching an accepting state (after at least one byte)
+    may pop the frame, so it counts as an escape. Lets walks over a shared terminal be cached per vocabulary
+    and reused by every grammar that uses the same terminal."""
+
+    def __init__(self, dfa: ByteDFA) -> None:
+        self._dfa = dfa
+        self.table = dfa.trans
+        self.escapes = dfa.accepting
+        self.nonempty = (dfa.trans >= 0).any(axis=1)
+
+    def ensure_rows(self, states: np.ndarray) -> None:
+        return None
+
+    def live_pairs(self, state: int) -> list[tuple[int, int]]:
+        return _dfa_live_pairs(self._dfa, state)
+
+    def row_list(self, state: int) -> list[int]:
+        return _dfa_row_list(self._dfa, state)
+
+
+def _dfa_row_list(dfa: ByteDFA, state: int) -> list[int]:
+    cache = dfa.__dict__.setdefault("_row_lists", {})
+    found = cache.get(state)
+    if found is None:
+        found = cache[state] = dfa.trans[state].tolist()
+    return found
+
+
+def _dfa_live_pairs(dfa: ByteDFA, state: int) -> list[tuple[int, int]]:
+    cache = dfa.__dict__.setdefault("_live_pairs", {})
+    found = cache.get(state)
+    if found is None:
+        row = dfa.trans[state]
+        live = np.flatnonzero(row >= 0)
+        found = cache[state] = list(zip(live.tolist(), row[live].tolist()))
+    return found
+
+
+class PdaAutomaton:
+    """A grammar: states are interned sets of stacks of PDA states (the root frame first).
+
+    A stack may also be *relative*: it starts with `MARK`, standing for frames below that are not part of the
+    key. Popping into `MARK` is not followed; the configuration records it in `escapes` instead. A token walk
+    from a relative configuration that meets no escaping configuration never depended on the frames below,
+    so its mask is exact for every full configuration with those top frames (XGrammar's context-independent
+    tokens, computed per stack suffix and shared across nesting depths).
+    """
+
+    def __init__(self, pda: PdaTables) -> None:
+        self._pda = pda
+        self._accept_list: list[bool] = pda.accept.tolist()
+        self._configs: list[frozenset[Stack]] = []
+        self._index: dict[tuple[frozenset[Stack], bool], int] = {}
+        self._accepting: list[bool] = []
+        self._table = np.full((64, 256), UNKNOWN, dtype=np.int32)
+        self._escapes = np.zeros(64, dtype=bool)
+        self._nonempty = np.zeros(64, dtype=bool)
+        self._terminal_top = np.full(64, -1, dtype=np.int32)
+        self._live: dict[int, list[tuple[int, int]]] = {}
+        self._rows: dict[int, list[int]] = {}
+        self._groups: dict[int, tuple[np.ndarray, list[int]]] = {}
+        self._closures: dict[Stack, tuple[frozenset[Stack], bool]] = {}
+        self._lock = threading.RLock()
+        initial = self._intern(*self._close([(pda.start,)]))
+        assert initial is not None, "the start rule was checked productive at compile time"
+        self.initial = initial
+
+    @property
+    def table(self) -> np.ndarray:
+        return self._table
+
+    @property
+    def escapes(self) -> np.ndarray:
+        """bool per state: its closure popped a relative stack into MARK."""
+        return self._escapes
+
+    @property
+    def terminal_top(self) -> np.ndarray:
+        """int32 per state: index into `pda.terminals` when the state is one stack whose top frame is inside
+        that shared terminal (so walks below it can reuse per-vocabulary terminal walks), else -1."""
+        return self._terminal_top
+
+    @property
+    def nonempty(self) -> np.ndarray:
+        """bool per state: some stack is still alive (false only for a pure escape)."""
+        return self._nonempty
+
+    @property
+    def num_states(self) -> int:
+        return len(self._configs)
+
+    def accepting(self, state: int) -> bool:
+        return self._accepting[state]
+
+    def stacks(self, state: int) -> frozenset[Stack]:
+        return self._configs[state]
+
+    @property
+    def pda(self) -> PdaTables:
+        return self._pda
+
+    def split_stacks(self, state: int) -> list[tuple[frozenset[Stack], Stack | None]]:
+        """One group per stack deeper than its root frame: the relative stack `(MARK, top)` with the frames
+        below it (the base); root-only stacks together form one group with base None (kept whole). A mask
+        is the union over the stacks of a configuration, so it is the union over these groups."""
+        groups: list[tuple[frozenset[Stack], Stack | None]] = []
+        roots = []
+        for s in self._configs[state]:
+            if len(s) == 1:
+                roots.append(s)
+            else:
+                groups.append((frozenset({(MARK, s[-1])}), s[:-1]))
+        if roots:
+            groups.append((frozenset(roots), None))
+        return groups
+
+    def intern_stacks(self, stacks: frozenset[Stack]) -> int:
+        """The state of an already closed set of stacks (relative ones included)."""
+        with self._lock:
+            found = self._intern(stacks, False)
+        assert found is not None
+        return found
+
+    def _close(self, stacks: list[Stack]) -> tuple[frozenset[Stack], bool]:
+        """Epsilon closure: push calls, pop finished rules; keep stacks that can read a byte or accept.
+        Returns the kept stacks and whether a relative stack popped into MARK."""
+        pda = self._pda
+        if len(stacks) == 1:
+            (only,) = stacks
+            top = only[-1]
+            if not pda.calls[top] and not pda.accept[top]:  # the common case: nothing to push or pop
+                return (frozenset(stacks), False) if pda.has_bytes[top] else (frozenset(), False)
+        seen: set[Stack] = set()
+        kept: set[Stack] = set()
+        escaped = False
+        work = list(stacks)
+        while work:
+            s = work.pop()
+            if s in seen:
+                continue
+            seen.add(s)
+            top = s[-1]
+            below = s[:-1]
+            for callee, ret in pda.calls[top]:
+                work.append(below + (ret, callee))
+            if pda.accept[top] and below:
+                if below == (MARK,):
+                    escaped = True
+                else:
+                    work.append(below)
+            if pda.has_bytes[top] or (pda.accept[top] and not below):
+                kept.add(s)
+        return frozenset(kept), escaped
+
+    def _close_one(self, stack: Stack) -> tuple[frozenset[Stack], bool]:
+        """`_close([stack])`, memoized: the same stack recurs in many configurations."""
+        found = self._closures.get(stack)
+        if found is None:
+            found = self._closures[stack] = self._close([stack])
+        return found
+
+    def _intern_or_dead(self, closed: tuple[frozenset[Stack], bool]) -> int:
+        found = self._intern(*closed)
+        return DEAD if found is None else found
+
+    def _intern(self, config: frozenset[Stack], escaped: bool) -> int | None:
+        if not config and not escaped:
+            return None
+        key = (config, escaped)
+        found = self._index.get(key)
+        if found is not None:
+            return found
+        idx = len(self._configs)
+        self._configs.append(config)
+        self._index[key] = idx
+        self._accepting.append(any(self._accept_list[s[0]] for s in config if len(s) == 1))
+        if idx >= self._table.shape[0]:
+            grown = np.full((2 * self._table.shape[0], 256), UNKNOWN, dtype=np.int32)
+            grown[: self._table.shape[0]] = self._table
+            escapes = np.zeros(2 * self._table.shape[0], dtype=bool)
+            escapes[: self._table.shape[0]] = self._escapes
+            nonempty = np.zeros(2 * self._table.shape[0], dtype=bool)
+            nonempty[: self._table.shape[0]] = self._nonempty
+            terminal_top = np.full(2 * self._table.shape[0], -1, dtype=np.int32)
+            terminal_top[: self._table.shape[0]] = self._terminal_top
+            self._escapes, self._nonempty, self._terminal_top = escapes, nonempty, terminal_top
+            self._table = grown
+        self._escapes[idx] = escaped
+        self._nonempty[idx] = bool(config)
+        if len(config) == 1 and not escaped and self._pda.terminal_of is not None:
+            (stack,) = config
+            self._terminal_top[idx] = self._pda.terminal_of[stack[-1]]
+        return idx
+
+    def _byte_groups(self, g: int) -> tuple[np.ndarray, list[int]]:
+        """Bytes of PDA state g grouped by target: (group of each byte, target of each group)."""
+        found = self._groups.get(g)
+        if found is None:
+            targets, groups = np.unique(self._pda.trans[g], return_inverse=True)
+            found = self._groups[g] = (groups.reshape(-1), targets.tolist())
+        return found
+
+    def _fill_row(self, state: int) -> None:
+        stacks = list(self._configs[state])
+        row = np.full(256, DEAD, dtype=np.int32)
+        if len(stacks) == 1:
+            (stack,) = stacks
+            groups, targets = self._byte_groups(stack[-1])
+            below = stack[:-1]
+            results = np.array([DEAD if t < 0 else self._intern_or_dead(self._close_one(below + (t,)))
+                                for t in targets], dtype=np.int32)
+            row = results[groups]
+        elif stacks:
+            trans = self._pda.trans
+            tops = np.fromiter((s[-1] for s in stacks), dtype=np.int64, count=len(stacks))
+            targets = trans[tops]  # [k, 256]
+            groups, firsts = group_bytes(targets)
+            results = np.full(firsts.shape[0], DEAD, dtype=np.int32)
+            for g, b in enumerate(firsts.tolist()):
+                # The closure of a union is the union of closures: reuse each moved stack's own closure.
+                kept: set[Stack] = set()
+                escaped = False
+                for s, t in zip(stacks, targets[:, b].tolist()):
+                    if t >= 0:
+                        one_kept, one_escaped = self._close_one(s[:-1] + (t,))
+                        kept |= one_kept
+                        escaped |= one_escaped
+                if kept or escaped:
+                    results[g] = self._intern_or_dead((frozenset(kept), escaped))
+            row = results[groups]
+        self._table[state] = row
+
+    def ensure_rows(self, states: np.ndarray) -> None:
+        """Fill the table rows of `states` that are still unknown."""
+        pending = states[self._table[states, 0] == UNKNOWN]
+        if pending.size == 0:
+            return
+        with self._lock:
+            for state in np.unique(pending):
+                if self._table[state, 0] == UNKNOWN:
+                    self._fill_row(int(state))
+
+    def live_pairs(self, state: int) -> list[tuple[int, int]]:
+        """(byte, next state) for every live byte of `state`, ascending."""
+        found = self._live.get(state)
+        if found is None:
+            row = self.row_list(state)
+            found = self._live[state] = [(b, t) for b, t in enumerate(row) if t >= 0]
+        return found
+
+    def row_list(self, state: int) -> list[int]:
+        """The table row of `state` as a Python list (filled first if unknown)."""
+        found = self._rows.get(state)
+        if found is None:
+            if self._table[state, 0] == UNKNOWN:
+                with self._lock:
+                    if self._table[state, 0] == UNKNOWN:
+                        self._fill_row(state)
+            found = self._rows[state] = self._table[state].tolist()
+        return found
+
+    def step(self, state: int, data: bytes) -> int:
+        for b in data:
+            if self._table[state, 0] == UNKNOWN:
+                with self._lock:
+                    if self._table[state, 0] == UNKNOWN:
+                        self._fill_row(state)
+            state = int(self._table[state, b])
+            if state < 0:
+                return DEAD
+        return state

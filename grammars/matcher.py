@@ -1,0 +1,130 @@
+"""Per-request matcher: the automaton state after each accepted token, masks, jump-forward, rollback."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
+from radixgen.grammars.automaton import DEAD
+
+if TYPE_CHECKING:
+    from radixgen.grammars.grammar import Grammar
+
+MAX_FORCED_BYTES = 4096
+
+
+class _Position(NamedTuple):
+    state: int
+    eos_accepted: bool
+
+
+class Matcher:
+    """Tracks one generation against a compiled `Grammar`. Cheap to create; not thread-safe (one per request).
+
+    History holds one position per accepted token (or `advance_bytes` call), so `rollback(n)` undoes the last
+    n of them.
+    """
+
+    def __init__(self, grammar: Grammar) -> None:
+        self._grammar = grammar
+        self._history: list[_Position] = [_Position(grammar.automaton.initial, False)]
+
+    @property
+    def grammar(self) -> Grammar:
+        return self._grammar
+
+    @property
+    def state(self) -> int:
+        """The automaton state id (equal ids = equal futures within one grammar)."""
+        return self._history[-1].state
+
+    @property
+    def num_advanced(self) -> int:
+        """Tokens (and byte chunks) accepted so far that `rollback` can undo."""
+        return len(self._history) - 1
+
+    def is_accepting(self) -> bool:
+        """The text so far is a complete match (EOS would be allowed)."""
+        pos = self._history[-1]
+        return pos.eos_accepted or self._grammar.automaton.accepting(pos.state)
+
+    def is_terminated(self) -> bool:
+        """EOS was accepted, or the text is complete and nothing can follow it."""
+        pos = self._history[-1]
+        return pos.eos_accepted or (self._grammar.automaton.accepting(pos.state)
+                                    and not self._grammar.has_continuation(pos.state))
+
+    def fill_mask(self, row: np.ndarray) -> None:
+        """Write the packed int32 bitmask of allowed next tokens into `row`.
+
+        `row` holds at least ceil(V/32) words for the vocabulary's V tokens; extra words (a model whose logits
+        are padded past the tokenizer's vocabulary) are zeroed, so padding ids are never allowed."""
+        pos = self._history[-1]
+        mask = self._grammar.vocab.eos_mask if pos.eos_accepted else self._grammar.mask(pos.state)
+        words = mask.shape[0]
+        if row.shape[0] == words:
+            np.copyto(row, mask)
+        else:
+            row[:words] = mask
+            row[words:] = 0
+
+    def allowed_token_ids(self) -> np.ndarray:
+        """The allowed ids as an int array (convenience for tests and samplers without a bitmask kernel)."""
+        pos = self._history[-1]
+        row = self._grammar.vocab.eos_mask if pos.eos_accepted else self._grammar.mask(pos.state)
+        bits = np.unpackbits(row.view(np.uint8), bitorder="little")[: self._grammar.vocab.size]
+        return np.flatnonzero(bits)
+
+    def accepts_token(self, token_id: int) -> bool:
+        return self._next(token_id) is not None
+
+    def _next(self, token_id: int) -> _Position | None:
+        pos = self._history[-1]
+        vocab = self._grammar.vocab
+        if pos.eos_accepted or not 0 <= token_id < vocab.size:
+            return None
+        if token_id in vocab.special_ids:
+            if token_id in vocab.eos_token_ids and self._grammar.automaton.accepting(pos.state):
+                return _Position(pos.state, True)
+            return None
+        data = vocab.token_bytes[token_id]
+        if not data:
+            return None
+        nxt = self._grammar.automaton.step(pos.state, data)
+        return None if nxt == DEAD else _Position(nxt, False)
+
+    def advance(self, token_id: int) -> bool:
+        """Accept `token_id` if the grammar allows it; returns False (state unchanged) otherwise."""
+        nxt = self._next(token_id)
+        if nxt is None:
+            return False
+        self._history.append(nxt)
+        return True
+
+    def advance_bytes(self, data: bytes) -> bool:
+        """Accept raw bytes (e.g. a jump-forward string re-tokenized by the caller); one history entry."""
+        pos = self._history[-1]
+        if pos.eos_accepted:
+            return False
+        nxt = self._grammar.automaton.step(pos.state, data)
+        if nxt == DEAD:
+            return False
+        self._history.append(_Position(nxt, False))
+        return True
+
+    def forced_suffix(self) -> bytes:
+        """The bytes every valid continuation starts with (empty when EOS or two bytes are possible)."""
+        pos = self._history[-1]
+        if pos.eos_accepted:
+            return b""
+        return self._grammar.forced_bytes(pos.state, MAX_FORCED_BYTES)
+
+    def rollback(self, n_tokens: int) -> None:
+        """Undo the last `n_tokens` accepted tokens (byte chunks from `advance_bytes` count as one)."""
+        if not 0 <= n_tokens <= self.num_advanced:
+            raise ValueError(f"cannot roll back {n_tokens} tokens; {self.num_advanced} were accepted")
+        if n_tokens:
+            del self._history[-n_tokens:]
+
+    def reset(self) -> None:
+        del self._history[1:]

@@ -1,0 +1,227 @@
+"""Which tokens can an automaton read from a state: a breadth-first walk of the vocabulary trie.
+
+All trie nodes of one depth are stepped together with one gather from the automaton's table; a node whose
+state is dead prunes its whole subtree. The cost is proportional to the live part of the trie, not to the
+vocabulary size times the token length. Narrow levels (a handful of live nodes, typical where the grammar
+allows few bytes) are stepped in plain Python instead, where numpy's per-call overhead would dominate.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from radixgen.grammars.automaton import ByteAutomaton, DfaEscapes
+from radixgen.grammars.vocabulary import TokenTrie, Vocabulary
+
+NARROW = 12  # levels with at most this many live nodes are stepped in Python
+# Hand a terminal's subtree to the cached terminal walk only when it is big enough to pay for the call.
+HANDOFF_MIN_SUBTREE = 64
+
+
+@dataclass(frozen=True)
+class WalkResult:
+    """`alive_nodes`: trie nodes (in the walked subtrees) readable without leaving what the state knows.
+    `escape_nodes`: trie nodes where the walk reached an escaping state (answers below them need the
+    frames the state does not hold); empty for automata without escapes."""
+
+    alive_nodes: np.ndarray
+    escape_nodes: np.ndarray
+    escape_parent_states: np.ndarray  # the (non-escaping) state at each escape node's parent
+
+
+Handoff = Callable[[np.ndarray, np.ndarray, bool], "WalkResult"]
+
+
+def walk_trie(automaton: ByteAutomaton | DfaEscapes, state: int | np.ndarray, trie: TokenTrie,
+              start_node: int | np.ndarray = 0, escapes: bool = False, handoff: Handoff | None = None,
+              start_parents: np.ndarray | None = None) -> WalkResult:
+    """Walk the subtrees of `start_node` (whose bytes led to `state`; arrays walk several at once).
+
+    With `escapes`, the automaton's `escapes` / `nonempty` flags split the answer into the exact part and the
+    escape nodes, whose subtrees (the escape node's own token included) are left out of `alive_nodes` except
+    where a non-escaping path reaches them.
+
+    `handoff(nodes, states, escapes)`, when given, walks the subtrees below states the automaton marks in
+    `terminal_top` (the caller reuses cached terminal walks there). `start_parents` makes the start nodes
+    count as freshly reached (checked for escapes, with these parent states) instead of already alive."""
+    nodes = np.atleast_1d(np.asarray(start_node, dtype=np.int64))
+    states = np.atleast_1d(np.asarray(state, dtype=np.int64))
+    walk = _Walk(automaton, trie, escapes, handoff)
+    if start_parents is None:
+        walk.alive.append(nodes[nodes != 0])
+        frontier = (nodes.tolist(), states.tolist())
+    else:
+        frontier = walk.reached(nodes.tolist(), states.tolist(), start_parents.tolist())
+    while frontier[0]:
+        if len(frontier[0]) <= NARROW:
+            frontier = walk.reached(*_narrow_level(automaton, trie, *frontier))
+        else:
+            frontier = walk.wide_level(np.array(frontier[0], dtype=np.int64),
+                                       np.array(frontier[1], dtype=np.int64))
+    return walk.result()
+
+
+class _Walk:
+    """Accumulates one walk's answer; levels come in as Python lists (narrow) or arrays (wide)."""
+
+    def __init__(self, automaton: ByteAutomaton | DfaEscapes, trie: TokenTrie, escapes: bool,
+                 handoff: Handoff | None) -> None:
+        self.automaton = automaton
+        self.trie = trie
+        self.escapes = escapes
+        self.handoff = handoff
+        self.uses_handoff = handoff is not None and hasattr(automaton, "terminal_top")
+        self.subtree_array = trie.subtree_sizes() if self.uses_handoff else None
+        self.subtree = trie.subtree_list() if self.uses_handoff else None
+        self.alive: list[np.ndarray] = []
+        self.alive_py: list[int] = []
+        self.escape_py: list[int] = []
+        self.escape_parent_py: list[int] = []
+        self.escape_arrays: list[tuple[np.ndarray, np.ndarray]] = []
+        self.handed_nodes: list[np.ndarray] = []
+        self.handed_states: list[np.ndarray] = []
+
+    def reached(self, nodes: list[int], states: list[int], parents: list[int]) -> tuple[list[int], list[int]]:
+        """Record freshly reached (node, state) pairs; return those whose subtrees the walk continues."""
+        automaton = self.automaton
+        subtree = self.subtree
+        terminal_top = automaton.terminal_top if self.uses_handoff else None  # type: ignore[union-attr]
+        escapes_flags = automaton.escapes if self.escapes else None
+        nonempty = automaton.nonempty if self.escapes else None
+        next_nodes: list[int] = []
+        next_states: list[int] = []
+        handed_n: list[int] = []
+        handed_s: list[int] = []
+        for node, st, parent in zip(nodes, states, parents):
+            if terminal_top is not None and terminal_top[st] >= 0 and subtree[node] >= HANDOFF_MIN_SUBTREE:
+                self.alive_py.append(node)
+                handed_n.append(node)
+                handed_s.append(st)
+                continue
+            if escapes_flags is not None:
+                if nonempty[st]:  # type: ignore[index]
+                    self.alive_py.append(node)
+                if escapes_flags[st]:
+                    self.escape_py.append(node)
+                    self.escape_parent_py.append(parent)
+                    continue  # below an escape node the caller walks again with full context
+            else:
+                self.alive_py.append(node)
+            next_nodes.append(node)
+            next_states.append(st)
+        if handed_n:
+            self.handed_nodes.append(np.array(handed_n, dtype=np.int64))
+            self.handed_states.append(np.array(handed_s, dtype=np.int64))
+        return next_nodes, next_states
+
+    def wide_level(self, nodes: np.ndarray, states: np.ndarray) -> tuple[list[int], list[int]]:
+        trie, automaton = self.trie, self.automaton
+        counts = trie.child_count[nodes]
+        total = int(counts.sum())
+        if total == 0:
+            return [], []
+        run_ends = np.cumsum(counts)
+        # children of every frontier node, contiguous runs concatenated
+        children = np.repeat(trie.child_start[nodes] - (run_ends - counts), counts) + np.arange(total)
+        automaton.ensure_rows(states)
+        parent_states = np.repeat(states, counts)
+        nxt = automaton.table[parent_states, trie.node_byte[children]]
+        live = nxt >= 0
+        nodes, states, parent_states = children[live], nxt[live].astype(np.int64), parent_states[live]
+        if self.uses_handoff and nodes.size:
+            terminal_top = automaton.terminal_top  # type: ignore[union-attr]
+            handed = (terminal_top[states] >= 0) & (self.subtree_array[nodes] >= HANDOFF_MIN_SUBTREE)
+            if handed.any():
+                self.alive.append(nodes[handed])
+                self.handed_nodes.append(nodes[handed])
+                self.handed_states.append(states[handed])
+                keep = ~handed
+                nodes, states, parent_states = nodes[keep], states[keep], parent_states[keep]
+        if self.escapes and nodes.size:
+            escaped = automaton.escapes[states]
+            self.alive.append(nodes[automaton.nonempty[states]])
+            if escaped.any():
+                self.escape_arrays.append((nodes[escaped], parent_states[escaped]))
+                nodes, states = nodes[~escaped], states[~escaped]
+        else:
+            self.alive.append(nodes)
+        return nodes.tolist(), states.tolist()
+
+    def result(self) -> WalkResult:
+        alive = self.alive + [np.array(self.alive_py, dtype=np.int64)]
+        escape_nodes = [n for n, _ in self.escape_arrays] + [np.array(self.escape_py, dtype=np.int64)]
+        escape_parents = [p for _, p in self.escape_arrays]
+        escape_parents.append(np.array(self.escape_parent_py, dtype=np.int64))
+        if self.handed_nodes:
+            assert self.handoff is not None
+            sub = self.handoff(np.concatenate(self.handed_nodes), np.concatenate(self.handed_states),
+                               self.escapes)
+            alive.append(sub.alive_nodes)
+            escape_nodes.append(sub.escape_nodes)
+            escape_parents.append(sub.escape_parent_states)
+        return WalkResult(np.concatenate(alive), np.concatenate(escape_nodes), np.concatenate(escape_parents))
+
+
+def _narrow_level(automaton: ByteAutomaton | DfaEscapes, trie: TokenTrie, nodes: list[int],
+                  states: list[int]) -> tuple[list[int], list[int], list[int]]:
+    """One level for a few nodes: for each node, the live bytes of its state that are also child bytes.
+    Returns (children, their states, their parents' states)."""
+    child_start, child_count, node_byte = trie.lists()
+    out_parents: list[int] = []
+    out_nodes: list[int] = []
+    out_states: list[int] = []
+    for node, state in zip(nodes, states):
+        count = child_count[node]
+        if count == 0:
+            continue
+        lo = child_start[node]
+        hi = lo + count
+        pairs = automaton.live_pairs(state)
+        if len(pairs) <= count:
+            for byte, target in pairs:
+                i = bisect_left(node_byte, byte, lo, hi)
+                if i < hi and node_byte[i] == byte:
+                    out_parents.append(state)
+                    out_nodes.append(i)
+                    out_states.append(target)
+                    lo = i + 1
+        else:
+            row = automaton.row_list(state)
+            for i in range(lo, hi):
+                target = row[node_byte[i]]
+                if target >= 0:
+                    out_parents.append(state)
+                    out_nodes.append(i)
+                    out_states.append(target)
+    return out_nodes, out_states, out_parents
+
+
+def nodes_to_mask(vocab: Vocabulary, nodes: np.ndarray) -> np.ndarray:
+    """Packed bitmask of the tokens spelled by trie `nodes` (specials never included)."""
+    trie = vocab.trie
+    out = np.zeros(vocab.mask_words, dtype=np.int32)
+    if nodes.size == 0:
+        return out
+    if nodes.size < 2048:
+        ids = trie.node_tokens(nodes)
+        if ids.size <= 32:
+            for tid in ids.tolist():
+                out[tid >> 5] |= np.int32(np.uint32(1 << (tid & 31)).view(np.int32))
+            return out
+        ids = np.sort(ids)
+        words = ids >> 5
+        bits = np.left_shift(np.uint32(1), (ids & 31).astype(np.uint32))
+        firsts = np.flatnonzero(np.concatenate(([True], words[1:] != words[:-1])))
+        out[words[firsts]] = np.bitwise_or.reduceat(bits, firsts).view(np.int32)
+        return out
+    node_alive = np.zeros(trie.num_nodes, dtype=bool)
+    node_alive[nodes] = True
+    token_node = trie.token_node
+    allowed = np.where(token_node >= 0, node_alive[token_node], False)
+    words = np.packbits(np.concatenate([allowed, np.zeros(out.shape[0] * 32 - allowed.shape[0], dtype=bool)]),
+                        bitorder="little").view("<i4")
+    out[:] = words
+    return out

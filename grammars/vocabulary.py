@@ -1,0 +1,199 @@
+"""The model vocabulary as byte strings, its token trie, and the packed bitmask layout.
+
+A mask row is `ceil(V / 32)` int32 words; token v is allowed when bit `v % 32` of word `v // 32` is set — the
+layout `kernels.apply_token_bitmask_reference` applies to the logits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+from weakref import WeakKeyDictionary
+
+import numpy as np
+
+
+def bitmask_words(vocab_size: int) -> int:
+    """Number of int32 words in one mask row."""
+    return (vocab_size + 31) // 32
+
+
+def pack_bitmask(allowed: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """bool[V] -> int32[ceil(V/32)] (bit v of word v // 32); writes into `out` when given."""
+    words = bitmask_words(allowed.shape[0])
+    padded = np.zeros(words * 32, dtype=bool)
+    padded[: allowed.shape[0]] = allowed
+    packed = np.packbits(padded, bitorder="little").view("<i4")
+    if out is None:
+        return packed.astype(np.int32, copy=True)
+    out[:words] = packed
+    return out
+
+
+def unpack_bitmask(row: np.ndarray, vocab_size: int) -> np.ndarray:
+    """int32[ceil(V/32)] -> bool[V]; the inverse of `pack_bitmask`."""
+    bits = np.unpackbits(np.ascontiguousarray(row, dtype="<i4").view(np.uint8), bitorder="little")
+    return bits[:vocab_size].astype(bool)
+
+
+@dataclass(frozen=True, eq=False)
+class TokenTrie:
+    """Every prefix of every (non-special) token, numbered in breadth-first, lexicographic order.
+
+    Node 0 is the empty prefix. The children of a node are contiguous: `child_start[n] .. + child_count[n]`,
+    and the nodes of depth d are `level_start[d] .. level_start[d+1]`. `token_node[v]` is the node spelling
+    token v, or -1 for tokens that never appear inside constrained text (specials, empty byte strings).
+    """
+
+    node_byte: np.ndarray  # uint8[N]: the last byte of the node's prefix (0 for the root)
+    node_parent: np.ndarray  # int64[N] (0 for the root)
+    child_start: np.ndarray  # int64[N]
+    child_count: np.ndarray  # int64[N]
+    level_start: np.ndarray  # int64[depth + 2]
+    token_node: np.ndarray  # int64[V]
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.node_byte.shape[0])
+
+    def subtree_sizes(self) -> np.ndarray:
+        """int64[N]: number of nodes in each node's subtree (itself included); built once."""
+        cached = self.__dict__.get("_subtree")
+        if cached is None:
+            cached = np.ones(self.num_nodes, dtype=np.int64)
+            # Children come after their parents in BFS order: accumulate from the deepest level up.
+            for depth in range(len(self.level_start) - 2, 0, -1):
+                lo, hi = int(self.level_start[depth]), int(self.level_start[depth + 1])
+                np.add.at(cached, self.node_parent[lo:hi], cached[lo:hi])
+            object.__setattr__(self, "_subtree", cached)
+        return cached
+
+    def subtree_list(self) -> list[int]:
+        cached = self.__dict__.get("_subtree_list")
+        if cached is None:
+            cached = self.subtree_sizes().tolist()
+            object.__setattr__(self, "_subtree_list", cached)
+        return cached
+
+    def lists(self) -> tuple[list[int], list[int], list[int]]:
+        """child_start, child_count, node_byte as Python lists (for per-node loops; built once)."""
+        cached = self.__dict__.get("_lists")
+        if cached is None:
+            cached = (self.child_start.tolist(), self.child_count.tolist(), self.node_byte.tolist())
+            object.__setattr__(self, "_lists", cached)
+        return cached
+
+    def node_tokens(self, nodes: np.ndarray) -> np.ndarray:
+        """Token ids spelled by `nodes` (several ids when byte strings repeat; none for inner nodes)."""
+        order = self.__dict__.get("_node_order")
+        if order is None:
+            ids = np.flatnonzero(self.token_node >= 0)
+            by_node = ids[np.argsort(self.token_node[ids], kind="stable")]
+            keys = self.token_node[by_node]
+            order = (keys, by_node)
+            object.__setattr__(self, "_node_order", order)
+        keys, by_node = order
+        lo = np.searchsorted(keys, nodes, side="left")
+        hi = np.searchsorted(keys, nodes, side="right")
+        counts = hi - lo
+        if counts.max(initial=0) <= 1:
+            return by_node[lo[counts == 1]]
+        total = int(counts.sum())
+        starts = np.repeat(lo - (np.cumsum(counts) - counts), counts) + np.arange(total)
+        return by_node[starts]
+
+    def path(self, ancestor: int, node: int) -> bytes:
+        """The bytes leading from `ancestor` down to its descendant `node`."""
+        out = bytearray()
+        while node != ancestor:
+            out.append(int(self.node_byte[node]))
+            node = int(self.node_parent[node])
+        return bytes(reversed(out))
+
+    @staticmethod
+    def build(token_bytes: Sequence[bytes], excluded: Iterable[int]) -> TokenTrie:
+        excluded_set = set(excluded)
+        prefixes: set[bytes] = {b""}
+        for v, tok in enumerate(token_bytes):
+            if v in excluded_set or not tok:
+                continue
+            for i in range(1, len(tok) + 1):
+                prefixes.add(tok[:i])
+        # Sorting by (length, bytes) gives BFS order in which each level is lexicographic, so the children of
+        # a node form one contiguous run and parents appear in the same order as their child runs.
+        ordered = sorted(prefixes, key=lambda p: (len(p), p))
+        index = {p: i for i, p in enumerate(ordered)}
+        n = len(ordered)
+        node_byte = np.zeros(n, dtype=np.uint8)
+        parent = np.zeros(n, dtype=np.int64)
+        depth = np.zeros(n, dtype=np.int64)
+        for i, p in enumerate(ordered[1:], start=1):
+            node_byte[i] = p[-1]
+            parent[i] = index[p[:-1]]
+            depth[i] = len(p)
+        child_count = np.bincount(parent[1:], minlength=n).astype(np.int64)
+        child_start = np.zeros(n, dtype=np.int64)
+        # First child of each parent: children are sorted by parent index, starting at node 1.
+        firsts = np.searchsorted(parent[1:], np.arange(n), side="left") + 1
+        child_start[:] = firsts
+        level_start = np.searchsorted(depth, np.arange(int(depth.max()) + 2), side="left").astype(np.int64)
+        token_node = np.full(len(token_bytes), -1, dtype=np.int64)
+        for v, tok in enumerate(token_bytes):
+            if v not in excluded_set and tok:
+                token_node[v] = index[tok]
+        return TokenTrie(node_byte, parent, child_start, child_count, level_start, token_node)
+
+
+class Vocabulary:
+    """The byte string of every token id, plus which ids are EOS and which are special.
+
+    Special tokens (EOS included) are never allowed inside constrained text; EOS is allowed only where the
+    constraint accepts. The trie and a padded byte matrix are built once, lazily, and cached here, so every
+    grammar compiled against this object shares them.
+    """
+
+    def __init__(self, token_bytes: Sequence[bytes], eos_token_ids: Iterable[int],
+                 special_ids: Iterable[int] = ()) -> None:
+        self.token_bytes: tuple[bytes, ...] = tuple(bytes(t) for t in token_bytes)
+        self.eos_token_ids: tuple[int, ...] = tuple(sorted({int(e) for e in eos_token_ids}))
+        specials = frozenset(int(s) for s in special_ids)
+        self.special_ids: frozenset[int] = specials | frozenset(self.eos_token_ids)
+        # Trie walks over shared terminal DFAs, reused by every grammar compiled against this vocabulary:
+        # {dfa: {dfa state: walk}} (see Grammar._relative_walk); weak so unused DFAs can go.
+        self.terminal_walks: WeakKeyDictionary[Any, dict[int, Any]] = WeakKeyDictionary()
+        for tid in self.special_ids:
+            if not 0 <= tid < len(self.token_bytes):
+                raise ValueError(f"special/eos token id {tid} outside the vocabulary of {self.size}")
+
+    @property
+    def size(self) -> int:
+        return len(self.token_bytes)
+
+    def __len__(self) -> int:
+        return len(self.token_bytes)
+
+    @property
+    def mask_words(self) -> int:
+        return bitmask_words(self.size)
+
+    @cached_property
+    def trie(self) -> TokenTrie:
+        return TokenTrie.build(self.token_bytes, self.special_ids)
+
+    @cached_property
+    def eos_mask(self) -> np.ndarray:
+        """Packed row with only the EOS ids set."""
+        allowed = np.zeros(self.size, dtype=bool)
+        allowed[list(self.eos_token_ids)] = True
+        return pack_bitmask(allowed)
+
+    def new_mask(self, rows: int | None = None) -> np.ndarray:
+        """A zeroed int32 bitmask: one row, or `rows` rows."""
+        shape = (self.mask_words,) if rows is None else (rows, self.mask_words)
+        return np.zeros(shape, dtype=np.int32)
+
+    def __repr__(self) -> str:
+        eos = list(self.eos_token_ids)
+        return f"Vocabulary(size={self.size}, eos={eos}, specials={len(self.special_ids)})"
