@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import radixgen as sgl
@@ -34,22 +33,9 @@ def run(backend, max_tokens: int = 8, progress_bar: bool = False) -> dict:
             "errors": [s.error() for s in eager if s.error()], "eager_s": eager_s, "compiled_s": compiled_s}
 
 
-def parse_args(argv: list[str] | None, max_tokens: int) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default=None, help="model file or folder (default: the default model)")
-    parser.add_argument("--endpoint", default=None, help="URL of a running `radixgen serve` to use instead")
-    parser.add_argument("--max-tokens", type=int, default=max_tokens, help="token budget of each gen")
-    return parser.parse_args(argv)
-
-
-def make_backend(args: argparse.Namespace) -> sgl.lang.Backend:
-    """The server at --endpoint, else an in-process engine on --model."""
-    return sgl.Endpoint(args.endpoint) if args.endpoint else sgl.EngineBackend(sgl.Engine(args.model))
-
-
 def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv, 8)
-    out = run(make_backend(args), args.max_tokens, progress_bar=True)
+    args, backend = sgl.lang.script_backend(__doc__, 8, argv)
+    out = run(backend, args.max_tokens, progress_bar=True)
     for country, city in zip(COUNTRIES, out["eager"]):
         print(f"{country:>8}: {city}")
     print(f"eager {out['eager_s']:.2f}s, compiled {out['compiled_s']:.2f}s")

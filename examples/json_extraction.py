@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 from dataclasses import dataclass
 
@@ -41,22 +40,9 @@ def run(backend, max_tokens: int = 48) -> dict:
     return {"records": [Person(**json.loads(state["record"])) for state in states]}
 
 
-def parse_args(argv: list[str] | None, max_tokens: int) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default=None, help="model file or folder (default: the default model)")
-    parser.add_argument("--endpoint", default=None, help="URL of a running `radixgen serve` to use instead")
-    parser.add_argument("--max-tokens", type=int, default=max_tokens, help="token budget of each gen")
-    return parser.parse_args(argv)
-
-
-def make_backend(args: argparse.Namespace) -> sgl.lang.Backend:
-    """The server at --endpoint, else an in-process engine on --model."""
-    return sgl.Endpoint(args.endpoint) if args.endpoint else sgl.EngineBackend(sgl.Engine(args.model))
-
-
 def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv, 48)
-    for text, record in zip(TEXTS, run(make_backend(args), args.max_tokens)["records"]):
+    args, backend = sgl.lang.script_backend(__doc__, 48, argv)
+    for text, record in zip(TEXTS, run(backend, args.max_tokens)["records"]):
         print(text, "\n  ->", record)
 
 

@@ -5,8 +5,6 @@
 
 from __future__ import annotations
 
-import argparse
-
 import radixgen as sgl
 
 
@@ -29,22 +27,9 @@ def run(backend, max_tokens: int = 16) -> dict:
             "batch": [s["answer"] for s in batch]}
 
 
-def parse_args(argv: list[str] | None, max_tokens: int) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default=None, help="model file or folder (default: the default model)")
-    parser.add_argument("--endpoint", default=None, help="URL of a running `radixgen serve` to use instead")
-    parser.add_argument("--max-tokens", type=int, default=max_tokens, help="token budget of each gen")
-    return parser.parse_args(argv)
-
-
-def make_backend(args: argparse.Namespace) -> sgl.lang.Backend:
-    """The server at --endpoint, else an in-process engine on --model."""
-    return sgl.Endpoint(args.endpoint) if args.endpoint else sgl.EngineBackend(sgl.Engine(args.model))
-
-
 def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv, 16)
-    out = run(make_backend(args), args.max_tokens)
+    args, backend = sgl.lang.script_backend(__doc__, 16, argv)
+    out = run(backend, args.max_tokens)
     print("Q: What is the capital of Japan?\nA:" + out["answer"])
     for answer in out["batch"]:
         print("batch answer:", answer)

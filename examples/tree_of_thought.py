@@ -6,8 +6,6 @@ model pick the most convincing one. Runs eagerly, then as a compiled plan over a
 
 from __future__ import annotations
 
-import argparse
-
 import radixgen as sgl
 
 NUM_BRANCHES = 3
@@ -42,22 +40,9 @@ def run(backend, max_tokens: int = 24) -> dict:
             "batch_answers": [s["answer"] for s in batch], "plan": str(plan), "waves": plan.stats.waves}
 
 
-def parse_args(argv: list[str] | None, max_tokens: int) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default=None, help="model file or folder (default: the default model)")
-    parser.add_argument("--endpoint", default=None, help="URL of a running `radixgen serve` to use instead")
-    parser.add_argument("--max-tokens", type=int, default=max_tokens, help="token budget of each gen")
-    return parser.parse_args(argv)
-
-
-def make_backend(args: argparse.Namespace) -> sgl.lang.Backend:
-    """The server at --endpoint, else an in-process engine on --model."""
-    return sgl.Endpoint(args.endpoint) if args.endpoint else sgl.EngineBackend(sgl.Engine(args.model))
-
-
 def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv, 24)
-    out = run(make_backend(args), args.max_tokens)
+    args, backend = sgl.lang.script_backend(__doc__, 24, argv)
+    out = run(backend, args.max_tokens)
     for i, thought in enumerate(out["thoughts"]):
         print(f"approach {i + 1}:{thought}")
     print(f"best:{out['best']}  answer:{out['answer']}")

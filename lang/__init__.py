@@ -27,6 +27,7 @@ from radixgen.lang.endpoint import Endpoint
 from radixgen.lang.engine_backend import EngineBackend
 from radixgen.lang.function import SglFunction, function, get_default_backend, set_default_backend
 from radixgen.lang.openai_backend import OpenAICompatible
+from radixgen.lang.script import script_backend
 from radixgen.lang.state import ForkGroup, ProgramState
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "SelectResult",
     "SglFunction",
     "StreamDelta",
+    "script_backend",
     "assistant",
     "assistant_begin",
     "assistant_end",
