@@ -34,10 +34,15 @@ TEXTS = [
 def run(backend, max_tokens: int = 48) -> dict:
     states = extract.run_batch([{"text": t, "max_tokens": max_tokens} for t in TEXTS], backend=backend,
                                temperature=0)
+    records = []
     for state in states:
         if state.error():
             raise state.error()
-    return {"records": [Person(**json.loads(state["record"])) for state in states]}
+        if state.get_meta_info("record")["finish_reason"]["type"] == "length":
+            # The grammar keeps every prefix valid, but a budget too small to close the object cuts it short.
+            raise SystemExit(f"max_tokens={max_tokens} is too small to finish a record: {state['record']!r}")
+        records.append(Person(**json.loads(state["record"])))
+    return {"records": records}
 
 
 def main(argv: list[str] | None = None) -> None:
