@@ -57,6 +57,7 @@ def test_multi_turn_chat_reuses_the_whole_previous_context(engine):
     engine.flush_cache()
     tok = engine.tokenizer
     ids: list[int] = tok.encode("System: you are terse.\nUser: hello\nAssistant:")
+    prev_context = 0
     for turn in range(4):
         before = engine.get_stats()["forward_tokens"]
         out = engine.generate(input_ids=ids, sampling_params={"temperature": 0, "max_new_tokens": 6,

@@ -11,7 +11,6 @@ import gguf
 import numpy as np
 import pytest
 import torch
-from radixgen.runtime.engine_config import EngineConfig
 from radixgen.runtime.model_runner import ModelRunner
 from radixgen.runtime.engine import Engine
 

@@ -82,7 +82,7 @@ def test_decodes_run_beside_prefill_chunks():
     s, alloc, tree = make(max_prefill=16, chunk=16)
     a = req("a", range(8), max_new=10)
     s.add(a)
-    s.commit(b := s.schedule())
+    s.commit(s.schedule())
     a.output_ids.append(5)
     s.add(req("b", range(100, 164), max_new=1))
     batch = s.schedule()
