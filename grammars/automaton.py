@@ -344,6 +344,18 @@ class PdaAutomaton:
             found = self._rows[state] = self._table[state].tolist()
         return found
 
+    def read(self, state: int, data: bytes) -> int:
+        """`step` through the cached row lists (faster for long byte strings over known states)."""
+        rows = self._rows
+        for b in data:
+            row = rows.get(state)
+            if row is None:
+                row = self.row_list(state)
+            state = row[b]
+            if state < 0:
+                return DEAD
+        return state
+
     def step(self, state: int, data: bytes) -> int:
         for b in data:
             if self._table[state, 0] == UNKNOWN:

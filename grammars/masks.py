@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 from radixgen.grammars.automaton import MARK, ByteAutomaton, DfaAutomaton, DfaEscapes, PdaAutomaton
 from radixgen.grammars.bytedfa import ByteDFA
+from radixgen.grammars.lookahead import lookahead_representatives
 from radixgen.grammars.token_walk import WalkResult, nodes_to_mask, walk_trie
 from radixgen.grammars.vocabulary import Vocabulary
 
@@ -46,6 +47,8 @@ class MaskCache:
         self._relative: dict[int, _RelativeWalk] = {}  # stage 1 walks by relative state
         self._stages: dict[tuple[tuple[int, ...], bool], _RelativeWalk] = {}  # later stages by known frames
         self._lock = threading.Lock()
+        self._representatives: list[int] | None = None  # per PDA state, see `_shared_pda_mask`
+        self._first_of_key: dict[frozenset, int] = {}  # type: ignore[type-arg]  # see `_shared_pda_mask`
 
     def precompute(self) -> None:
         """Walk the trie from every grammar position (each PDA state with bytes, as a relative top frame)
@@ -64,6 +67,7 @@ class MaskCache:
         if not isinstance(automaton, PdaAutomaton):
             return
         pda = automaton.pda
+        self._lookahead(automaton)
         live_bytes = (pda.trans >= 0).sum(axis=1)
         in_terminal = pda.terminal_of >= 0 if pda.terminal_of is not None else np.zeros_like(pda.has_bytes)
         # Wide shared-terminal states (inside a string) are walked lazily and cached per vocabulary. The rest
@@ -88,7 +92,7 @@ class MaskCache:
         if found is not None:
             return found
         if isinstance(self.automaton, PdaAutomaton):
-            packed = self._pda_mask(self.automaton, state).copy()
+            packed = self._shared_pda_mask(self.automaton, state)
         else:
             packed = nodes_to_mask(self.vocab, walk_trie(self.automaton, state, self.vocab.trie).alive_nodes)
         if self.automaton.accepting(state):
@@ -97,6 +101,47 @@ class MaskCache:
         with self._lock:
             self._masks.setdefault(state, packed)
         return packed
+
+    def _lookahead(self, automaton: PdaAutomaton) -> list[int]:
+        """Per PDA state, the representative of the states that read the same strings of up to the
+        vocabulary's split length (see `Vocabulary.long_tokens`): computed once per grammar."""
+        found = self._representatives
+        if found is None:
+            split = self.vocab.long_tokens[0]
+            found = self._representatives = lookahead_representatives(automaton.pda, split).tolist()
+        return found
+
+    def _shared_pda_mask(self, automaton: PdaAutomaton, state: int) -> np.ndarray:
+        """`_pda_mask`, shared between configurations that read the same strings of up to the split length.
+
+        The key replaces every frame by its representative: positions of a bounded repetition (a string's
+        maxLength) more than the split length from its end get one key. The first configuration of a key
+        walks the trie; later ones take its mask for every token but the few long ones, which they step."""
+        representatives = self._lookahead(automaton)
+        key = frozenset(tuple(representatives[frame] for frame in stack) for stack in automaton.stacks(state))
+        first = self._first_of_key.get(key)
+        if first is not None and first in self._masks:
+            return (self._masks[first] & ~self.vocab.long_tokens[2]) | self._long_token_mask(automaton, state)
+        with self._lock:
+            self._first_of_key.setdefault(key, state)
+        return self._pda_mask(automaton, state).copy()
+
+    def _long_token_mask(self, automaton: PdaAutomaton, state: int) -> np.ndarray:
+        """Packed bits of the few longest tokens (`Vocabulary.long_tokens`) readable from `state`, stepped
+        one by one (from the state after a long token that is their prefix, when there is one)."""
+        out = np.zeros(self.vocab.mask_words, dtype=np.int32)
+        reached: list[int] = []
+        for tid, data, prefix in self.vocab.long_tokens[1]:
+            if prefix < 0:
+                current = automaton.read(state, data)
+            else:
+                current = reached[prefix]
+                if current >= 0:
+                    current = automaton.read(current, data[len(self.vocab.long_tokens[1][prefix][1]):])
+            reached.append(current)
+            if current >= 0:
+                out[tid >> 5] |= np.int32(np.uint32(1 << (tid & 31)).view(np.int32))
+        return out
 
     def _pda_mask(self, automaton: PdaAutomaton, state: int) -> np.ndarray:
         """Packed mask (no EOS) of a grammar configuration: the union over its stacks.

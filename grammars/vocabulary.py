@@ -14,6 +14,8 @@ from weakref import WeakKeyDictionary
 
 import numpy as np
 
+LONG_TOKENS = 16  # at most this many longest tokens are checked one by one where masks are shared (masks.py)
+
 
 def bitmask_words(vocab_size: int) -> int:
     """Number of int32 words in one mask row."""
@@ -188,6 +190,28 @@ class Vocabulary:
         allowed = np.zeros(self.size, dtype=bool)
         allowed[list(self.eos_token_ids)] = True
         return pack_bitmask(allowed)
+
+    @cached_property
+    def long_tokens(self) -> tuple[int, tuple[tuple[int, bytes, int], ...], np.ndarray]:
+        """(split, long tokens, their packed bits): the non-special tokens longer than `split` bytes, where
+        `split` is the shortest length leaving at most LONG_TOKENS of them. Masks of states that only agree
+        for `split` bytes are shared for the short tokens and checked token by token for these few.
+        Each long token is (id, bytes, index of an earlier long token that is a prefix of it, or -1)."""
+        lengths = np.array([0 if i in self.special_ids else len(t) for i, t in enumerate(self.token_bytes)],
+                           dtype=np.int64)
+        by_length = np.sort(lengths)[::-1]
+        split = int(by_length[LONG_TOKENS]) if by_length.size > LONG_TOKENS else 0
+        ids = np.flatnonzero(lengths > split)
+        allowed = np.zeros(self.size, dtype=bool)
+        allowed[ids] = True
+        ordered = sorted(ids.tolist(), key=lambda i: self.token_bytes[i])  # a prefix sorts before
+        entries: list[tuple[int, bytes, int]] = []
+        for tid in ordered:
+            data = self.token_bytes[tid]
+            prefix = max((k for k, (_, other, _) in enumerate(entries) if data.startswith(other)),
+                         key=lambda k: len(entries[k][1]), default=-1)
+            entries.append((tid, data, prefix))
+        return split, tuple(entries), pack_bitmask(allowed)
 
     def new_mask(self, rows: int | None = None) -> np.ndarray:
         """A zeroed int32 bitmask: one row, or `rows` rows."""

@@ -1,0 +1,96 @@
+"""PDA states that behave alike for the next few bytes, so their token masks can share one trie walk.
+
+A bounded repetition (`char{0,255}`, from a string's `maxLength`) compiles to one rule state per count.
+Every count is a different automaton state, so without help each position of the chain pays a fresh trie
+walk (milliseconds) the first time it is reached. Yet two counts that both leave at least `depth` characters
+to go accept exactly the same byte strings of up to `depth` bytes: for every token that short their masks
+are equal.
+
+`lookahead_representatives(pda, depth)` finds such states by Moore's partition refinement, stopped after
+`depth` rounds: two states are `k`-equivalent when they agree on accepting and on their calls, and every
+byte (and every call of a rule that reads at least one byte) leads to `k - 1`-equivalent states. By
+induction, replacing frames of a parser stack by `depth`-equivalent ones changes nothing a string of at most
+`depth` bytes can observe: which strings are readable and whether the end is accepting. States inside shared
+terminals keep their own class (their walks are cached per vocabulary already).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from radixgen.grammars.columns import group_bytes
+from radixgen.grammars.pda import PdaTables
+
+
+def _nullable_starts(pda: PdaTables) -> np.ndarray:
+    """bool per state: a rule started here may finish without reading a byte (through calls too)."""
+    nullable = pda.accept.copy()
+    while True:
+        grown = nullable.copy()
+        for g, edges in enumerate(pda.calls):
+            if not grown[g] and any(nullable[c] and nullable[r] for c, r in edges):
+                grown[g] = True
+        if (grown == nullable).all():
+            return nullable
+        nullable = grown
+
+
+_MULTIPLIERS_SEED = 0x10CA1
+
+
+def _row_classes(rows: np.ndarray) -> np.ndarray:
+    """Class id per row of an int matrix, equal ids exactly for equal rows (hashed, verified, exact
+    fallback on a collision)."""
+    multipliers = np.random.default_rng(_MULTIPLIERS_SEED).integers(
+        1, 2**63, size=rows.shape[1], dtype=np.uint64) | np.uint64(1)
+    with np.errstate(over="ignore"):
+        hashes = rows.astype(np.uint64) @ multipliers
+    distinct = np.unique(hashes)
+    inverse = np.searchsorted(distinct, hashes)
+    first = np.empty(distinct.shape[0], dtype=np.int64)
+    first[inverse] = np.arange(rows.shape[0])
+    if (rows == rows[first[inverse]]).all():
+        return inverse
+    return np.unique(rows, axis=0, return_inverse=True)[1].reshape(-1)
+
+
+def lookahead_representatives(pda: PdaTables, depth: int) -> np.ndarray:
+    """int64 per PDA state: the smallest state `depth`-equivalent to it (itself when none is)."""
+    num = pda.num_states
+    nullable = _nullable_starts(pda) if any(pda.calls) else np.zeros(num, dtype=bool)
+    terminal_of = pda.terminal_of if pda.terminal_of is not None else np.full(num, -1, dtype=np.int32)
+    # Fixed part of each state's behaviour: accepting, the rules it calls (callees are compared as states,
+    # and a call of a nullable rule returns without a byte read, so its return state is compared as itself),
+    # and identity inside shared terminals.
+    max_calls = max((len(edges) for edges in pda.calls), default=0)
+    call_rets = np.full((num, max(max_calls, 1)), -1, dtype=np.int64)  # returns compared one round behind
+    call_keys: dict[tuple[tuple[int, int], ...], int] = {(): 0}
+    call_key = np.zeros(num, dtype=np.int64)
+    for g, edges in enumerate(pda.calls):
+        if edges:
+            key = tuple((c, r if nullable[c] else -1) for c, r in edges)
+            call_key[g] = call_keys.setdefault(key, len(call_keys))
+            for i, (c, r) in enumerate(edges):
+                if not nullable[c]:
+                    call_rets[g, i] = r
+    identity = np.where(terminal_of >= 0, np.arange(num), -1)
+    base = np.stack([pda.accept.astype(np.int64), identity, call_key], axis=1)
+    # Bytes whose columns are equal in every state are one column here.
+    trans = pda.trans[:, group_bytes(pda.trans)[1]].astype(np.int64)
+    live = trans >= 0
+    safe_trans = np.where(live, trans, 0)
+    has_ret = call_rets >= 0
+    safe_rets = np.where(has_ret, call_rets, 0)
+    classes = _row_classes(base)
+    count = int(classes.max()) + 1 if num else 0
+    for _ in range(depth):
+        signature = np.concatenate([classes[:, None], np.where(live, classes[safe_trans], -1),
+                                    np.where(has_ret, classes[safe_rets], -1)], axis=1)
+        refined = _row_classes(signature)
+        refined_count = int(refined.max()) + 1
+        classes = refined
+        if refined_count == count:
+            break  # stable: equivalent at every depth
+        count = refined_count
+    representative = np.full(count, num, dtype=np.int64)
+    np.minimum.at(representative, classes, np.arange(num, dtype=np.int64))
+    return representative[classes]
