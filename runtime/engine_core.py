@@ -271,36 +271,62 @@ class EngineCore:
             t0 = time.perf_counter()
             if not req.matcher.advance(token):
                 raise RuntimeError(f"sampled token {token} is not allowed by the grammar")
-            forced = self._jump_forward(req, token)
-            new_ids += forced
-            if req.return_logprob:  # forced tokens were not sampled: no logprob
-                req.output_token_logprobs.extend((None, t) for t in forced)
+            new_ids = self._jump_forward(req, token)
+            if req.return_logprob:  # re-tokenized or forced tokens were not sampled: no logprob
+                if new_ids[0] != token:
+                    req.output_token_logprobs[-1] = (None, new_ids[0])
+                req.output_token_logprobs.extend((None, t) for t in new_ids[1:])
                 if req.top_logprobs_num:
-                    req.output_top_logprobs.extend(None for _ in forced)
+                    req.output_top_logprobs.extend(None for _ in new_ids[1:])
             self.counters.grammar_seconds += time.perf_counter() - t0
         self._append(req, new_ids)
 
     def _jump_forward(self, req: Req, token: int) -> list[int]:
-        """Tokens the grammar forces after `token` (appended without decode steps)."""
-        if not self.config.enable_jump_forward or req.matcher.is_terminated():
-            return []
-        forced = req.matcher.forced_suffix()
+        """The tokens to append for the sampled `token`: itself plus the text the grammar forces after it, appended
+        without decode steps. The forced text is re-tokenized together with the sampled token, so the boundary
+        token is the tokenizer's own choice (e.g. `"` + forced `name": ` becomes `"name` `":` ` `), not a split
+        the model would never produce. The sampled token has no KV yet, so replacing it costs nothing."""
+        m = req.matcher
+        if not self.config.enable_jump_forward or m.is_terminated():
+            return [token]
+        forced = _whole_utf8_prefix(m.forced_suffix())
         if not forced:
-            return []
-        # Only whole UTF-8 characters: cut an incomplete trailing sequence.
-        text = forced.decode("utf-8", errors="ignore")
-        if not text:
-            return []
-        ids = self.tokenizer.encode(text, add_special_tokens=False)
-        budget = self._token_budget(req) - 1  # the sampled token already counts
-        taken = []
-        for t in ids[: max(budget, 0)]:
-            if not req.matcher.advance(t):
-                break
-            taken.append(t)
-        req.decode_steps_saved += len(taken)
-        self.counters.jump_forward_tokens += len(taken)
-        return taken
+            return [token]
+        budget = self._token_budget(req)  # the sampled token counts against it too
+        try:
+            joint = (self.tokenizer.token_bytes(token) + forced).decode("utf-8")
+        except UnicodeDecodeError:  # the sampled token ends inside a character: keep it, jump after it
+            joint = None
+        if joint is not None:
+            ids = self.tokenizer.encode(joint, add_special_tokens=False)[:budget]
+            if ids and ids[0] != token:
+                m.rollback(1)
+                taken = self._advance_all(m, ids)
+                if taken == len(ids):
+                    return self._count_jump(req, ids)
+                m.rollback(taken)
+                m.advance(token)
+            elif ids:
+                return self._count_jump(req, [token] + ids[1 : 1 + self._advance_all(m, ids[1:])])
+        try:
+            text = forced.decode("utf-8")
+        except UnicodeDecodeError:  # starts inside a character the sampled token began: no jump this step
+            return [token]
+        ids = self.tokenizer.encode(text, add_special_tokens=False)[: budget - 1]
+        return self._count_jump(req, [token] + ids[: self._advance_all(m, ids)])
+
+    @staticmethod
+    def _advance_all(matcher, ids: list[int]) -> int:
+        """Advance through `ids` until one is refused; returns how many were taken."""
+        for n, t in enumerate(ids):
+            if not matcher.advance(t):
+                return n
+        return len(ids)
+
+    def _count_jump(self, req: Req, ids: list[int]) -> list[int]:
+        req.decode_steps_saved += len(ids) - 1
+        self.counters.jump_forward_tokens += len(ids) - 1
+        return ids
 
     def _token_budget(self, req: Req) -> int:
         limit = self.max_context - req.prompt_len
@@ -422,3 +448,14 @@ class EngineCore:
             "cache_nodes": cache_stats.num_nodes,
             **{k: getattr(c, k) for k in c.__dataclass_fields__},
         }
+
+
+def _whole_utf8_prefix(data: bytes) -> bytes:
+    """`data` without an incomplete UTF-8 sequence at its end (the grammar may force part of a character)."""
+    for cut in range(min(3, len(data)) + 1):
+        try:
+            (data[: len(data) - cut]).decode("utf-8")
+            return data[: len(data) - cut]
+        except UnicodeDecodeError:
+            continue
+    return b""

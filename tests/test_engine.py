@@ -192,3 +192,27 @@ def test_cache_namespaces_keep_prefixes_apart(engine):
     assert other["meta_info"]["cached_tokens"] == 0
     assert same["meta_info"]["cached_tokens"] > 0
     assert other["output_ids"] == same["output_ids"]
+
+
+def test_whole_utf8_prefix_cuts_only_an_incomplete_tail():
+    from radixgen.runtime.engine_core import _whole_utf8_prefix
+
+    euro = "€".encode()
+    assert _whole_utf8_prefix(b'{"a": ' + euro) == b'{"a": ' + euro
+    assert _whole_utf8_prefix(b'{"a": ' + euro[:2]) == b'{"a": '
+    assert _whole_utf8_prefix(euro[:1]) == b""
+
+
+def test_jump_forward_retokenizes_the_boundary_and_saves_steps(engine):
+    import json
+
+    schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 20},
+                                               "age": {"type": "integer"}}, "required": ["name", "age"]}
+    out = engine.generate("Extract: John is 31.\nJSON:", {"temperature": 0, "max_new_tokens": 48,
+                                                           "json_schema": json.dumps(schema)})
+    obj = json.loads(out["text"])
+    assert set(obj) == {"name", "age"}
+    assert out["meta_info"]["decode_steps_saved"] > 0
+    # Forced text is re-tokenized with the token before it, so the output is tokenized as the tokenizer would
+    # tokenize its text (token-by-token masked sampling of the same text is not: it splits `"age":` oddly).
+    assert out["output_ids"] == engine.tokenizer.encode(out["text"], add_special_tokens=False)
