@@ -170,6 +170,20 @@ def _remove_direct_left_recursion(name: str, body: Expr) -> Expr:
     return Seq((base_expr, Repeat(tail, 0, None)))
 
 
+
+def _least_fixpoint(rules: dict, holds) -> set[str]:
+    """The rules for which `holds(body, known)` becomes true, iterating until nothing changes (nullable and
+    productive rules are both such least fixpoints)."""
+    known: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for name, body in rules.items():
+            if name not in known and holds(body, known):
+                known.add(name)
+                changed = True
+    return known
+
 def normalize(ir: GrammarIR) -> GrammarIR:
     """Check references, remove direct left recursion, refuse indirect left recursion; returns a new IR."""
     if ir.start not in ir.rules:
@@ -180,14 +194,7 @@ def normalize(ir: GrammarIR) -> GrammarIR:
             raise GrammarError(f"rule {name!r} refers to undefined rule(s): {', '.join(sorted(missing))}")
     rules = {name: _remove_direct_left_recursion(name, body) for name, body in ir.rules.items()}
 
-    nullable: set[str] = set()
-    changed = True
-    while changed:
-        changed = False
-        for name, body in rules.items():
-            if name not in nullable and _nullable(body, nullable):
-                nullable.add(name)
-                changed = True
+    nullable = _least_fixpoint(rules, _nullable)
     left = {name: _left_refs(body, nullable) for name, body in rules.items()}
     for name in rules:
         # Depth-first search for a path of left calls from `name` back to itself.
@@ -201,14 +208,7 @@ def normalize(ir: GrammarIR) -> GrammarIR:
                 seen.add(r)
                 stack.extend(left[r])
 
-    productive: set[str] = set()
-    changed = True
-    while changed:
-        changed = False
-        for name, body in rules.items():
-            if name not in productive and _productive(body, productive):
-                productive.add(name)
-                changed = True
+    productive = _least_fixpoint(rules, _productive)
     if ir.start not in productive:
         raise GrammarError(f"start rule {ir.start!r} cannot derive any finite text")
     return GrammarIR(rules, ir.start)

@@ -115,20 +115,15 @@ async def generate(request: web.Request) -> web.StreamResponse:
 
 
 async def _stream(request: web.Request, gen: Generation, tag_index: bool) -> web.StreamResponse:
-    response = await sse.open_stream(request)
-    try:
+    async def produce(response: web.StreamResponse) -> None:
         async for index, chunk in gen.events():
             event = {"index": index, **chunk} if tag_index else chunk
             await sse.send(response, event)
             failure = failure_message(chunk["meta_info"]) if chunk["finished"] else None
             if failure:
                 raise ApiError(500, f"generation failed: {failure}", type="internal_error")
-    except ApiError as exc:
-        await sse.send_error(response, exc)
-    except ConnectionResetError:  # the client went away: closing the generation aborts its requests
-        return response
-    await response.write(sse.DONE)
-    return response
+
+    return await sse.stream(request, produce)
 
 
 # ------------------------------------------------------------------------------------------ small routes

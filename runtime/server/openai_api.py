@@ -138,7 +138,6 @@ async def _stream(request: web.Request, state: ServerState, req: OpenAIRequest, 
     if req.include_usage:
         base["usage"] = None
     tok = state.engine.tokenizer
-    response = await sse.open_stream(request)
     metas: list[dict] = [{} for _ in req.subs]
 
     def chunk(index: int, text: str | None, meta: dict | None, first: bool = False) -> dict:
@@ -158,7 +157,7 @@ async def _stream(request: web.Request, state: ServerState, req: OpenAIRequest, 
             choice["matched_stop"] = matched_stop(meta)
         return {**base, "choices": [choice]}
 
-    try:
+    async def produce(response: web.StreamResponse) -> None:
         for i, sub in enumerate(req.subs):  # role first (chat), echoed prompt first (completions)
             if chat:
                 await sse.send(response, chunk(i, None, None, first=True))
@@ -175,12 +174,8 @@ async def _stream(request: web.Request, state: ServerState, req: OpenAIRequest, 
                 await sse.send(response, chunk(index, piece["text"], None))
         if req.include_usage:
             await sse.send(response, {**base, "choices": [], "usage": usage(req, metas)})
-    except ApiError as exc:
-        await sse.send_error(response, exc)
-    except ConnectionResetError:  # the client went away: closing the generation aborts its requests
-        return response
-    await response.write(sse.DONE)
-    return response
+
+    return await sse.stream(request, produce)
 
 
 def add_routes(app: web.Application) -> None:

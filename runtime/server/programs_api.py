@@ -125,16 +125,15 @@ async def _stream(request: web.Request, registry: ProgramRegistry, program: Prog
     loop = asyncio.get_running_loop()
     run = await loop.run_in_executor(
         registry.pool, lambda: program.function.run(backend=backend, stream=True, **args, **options))
-    response = await sse.open_stream(request)
-    try:
+
+    async def produce(response: web.StreamResponse) -> None:
+        # A client that leaves stops the stream; the program runs to its end on its thread, output dropped.
         async for delta in run.text_async_iter():
             await sse.send(response, {"text": delta})
         result = await loop.run_in_executor(registry.pool, state_result, program.name, run)
         await sse.send(response, {"finished": True, **result})
-    except ConnectionResetError:  # the program runs to its end on its thread; its output is dropped
-        return response
-    await response.write(sse.DONE)
-    return response
+
+    return await sse.stream(request, produce)
 
 
 def add_routes(app: web.Application) -> None:

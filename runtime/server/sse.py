@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from aiohttp import web
 from radixgen.runtime.server.errors import ApiError, dumps
 
@@ -23,3 +25,17 @@ async def send(response: web.StreamResponse, event: object) -> None:
 async def send_error(response: web.StreamResponse, error: ApiError) -> None:
     """An error after the 200 status went out: an `{"error": ...}` event (then the caller sends DONE)."""
     await send(response, error.body())
+
+
+async def stream(request: web.Request, produce: Callable[[web.StreamResponse], Awaitable[None]]) -> web.StreamResponse:
+    """The life of one event stream: open it, let `produce` send its events, report an ApiError it raises as an
+    error event, stop quietly when the client has gone (the producer's cleanup aborts its work), end with DONE."""
+    response = await open_stream(request)
+    try:
+        await produce(response)
+    except ApiError as exc:
+        await send_error(response, exc)
+    except ConnectionResetError:
+        return response
+    await response.write(DONE)
+    return response
