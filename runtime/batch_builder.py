@@ -1,10 +1,8 @@
 """Turn a ScheduleBatch (policy: which positions of which requests) into a ForwardBatch (flat device tensors).
 
 This runs once per engine step, before the forward can launch, so its cost adds to every step: the per-item
-loop only slices arrays, the index arithmetic is vectorized, and every host array travels to the device in two
-copies (one int64 pack, one int32 pack) whose slices become the ForwardBatch's tensors. Each slice starts on a
-16-byte boundary: Triton specializes kernels on pointer alignment, so unaligned slices would compile (and run)
-other variants, and which slices were aligned would change from step to step.
+loop only slices arrays, the index arithmetic is vectorized, and `forward_batch.assemble_forward_batch` sends
+every host array (the req_to_token updates included) to the device in two aligned copies.
 """
 
 from __future__ import annotations
@@ -13,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from radixgen.runtime.forward_batch import ForwardBatch, ForwardMode
+from radixgen.runtime.forward_batch import ForwardBatch, assemble_forward_batch, exclusive_cumsum
 from radixgen.runtime.scheduler import ScheduleBatch, Scheduler
 
 
@@ -26,28 +24,6 @@ class LogitRows:
     sample_row: np.ndarray  # [B] row sampled from (the item's last row) or -1
 
 
-def _exclusive_cumsum(x: np.ndarray) -> np.ndarray:
-    out = np.zeros_like(x)
-    if len(x) > 1:
-        np.cumsum(x[:-1], out=out[1:])
-    return out
-
-
-_ALIGN = 4  # elements: 16 bytes of int32, 32 of int64
-
-
-def _pack(parts: list[np.ndarray], dtype: np.dtype, device: torch.device) -> list[torch.Tensor]:
-    """One host-to-device copy of `parts` (as `dtype`); returns each part's slice, each starting aligned."""
-    sizes = [len(p) for p in parts]
-    starts = np.zeros(len(parts) + 1, dtype=np.int64)
-    np.cumsum([-(-n // _ALIGN) * _ALIGN for n in sizes], out=starts[1:])
-    host = np.zeros(int(starts[-1]), dtype=dtype)
-    for p, a in zip(parts, starts):
-        host[a : a + len(p)] = p
-    dev = torch.from_numpy(host).to(device)
-    return [dev[a : a + n] for a, n in zip(starts, sizes)]
-
-
 def build_forward_batch(batch: ScheduleBatch, scheduler: Scheduler, req_to_token: torch.Tensor,
                         device: torch.device) -> tuple[ForwardBatch, LogitRows]:
     items = batch.items
@@ -55,7 +31,7 @@ def build_forward_batch(batch: ScheduleBatch, scheduler: Scheduler, req_to_token
     starts = np.fromiter((it.start for it in items), dtype=np.int64, count=b)
     extends = np.fromiter((it.extend for it in items), dtype=np.int64, count=b)
     req_idx = np.fromiter((it.req.req_pool_idx for it in items), dtype=np.int64, count=b)
-    loc = _exclusive_cumsum(extends)
+    loc = exclusive_cumsum(extends)
     total = int(extends.sum())
 
     ids = np.empty(total, dtype=np.int64)
@@ -93,32 +69,12 @@ def build_forward_batch(batch: ScheduleBatch, scheduler: Scheduler, req_to_token
             if it.sample:
                 sample_row[i] = len(logit_rows) - 1
 
-    seq = starts + extends
-    positions = np.repeat(starts - loc, extends) + np.arange(total)
     # req_to_token[row, col] = slot for every entry not yet on the device, as flat index arrays.
-    counts = seq - sync_lo
+    counts = starts + extends - sync_lo
     n_write = int(counts.sum())
     write_rows = np.repeat(req_idx, counts)
-    write_cols = np.repeat(sync_lo - _exclusive_cumsum(counts), counts) + np.arange(n_write)
-
-    p64 = _pack([ids, positions, out_loc, req_idx, np.asarray(logit_rows, dtype=np.int64), write_rows, write_cols],
-                np.int64, device)
-    p32 = _pack([starts, extends, seq, loc, np.concatenate(new_slots)], np.int32, device)
-    req_to_token[p64[5], p64[6]] = p32[4].to(req_to_token.dtype)
-
-    fb = ForwardBatch(
-        mode=ForwardMode.DECODE if bool((extends == 1).all()) else ForwardMode.EXTEND,
-        input_ids=p64[0],
-        positions=p64[1],
-        out_cache_loc=p64[2],
-        req_pool_indices=p64[3],
-        req_to_token=req_to_token,
-        prefix_lens=p32[0],
-        extend_lens=p32[1],
-        seq_lens=p32[2],
-        extend_start_loc=p32[3],
-        logits_indices=p64[4],
-        max_extend_len=int(extends.max()),
-        max_seq_len=int(seq.max()),
-    )
+    write_cols = np.repeat(sync_lo - exclusive_cumsum(counts), counts) + np.arange(n_write)
+    fb = assemble_forward_batch(ids, starts, extends, req_idx, out_loc, req_to_token,
+                                logit_rows=np.asarray(logit_rows, dtype=np.int64),
+                                table_writes=(write_rows, write_cols, np.concatenate(new_slots)))
     return fb, LogitRows(logit_first, logit_count, sample_row)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 
@@ -56,6 +57,66 @@ class ForwardBatch:
         return (self.extend_start_loc + self.extend_lens - 1).long()
 
 
+_ALIGN = 4  # elements: 16 bytes of int32, 32 of int64
+
+
+def exclusive_cumsum(x: np.ndarray) -> np.ndarray:
+    out = np.zeros_like(x)
+    if len(x) > 1:
+        np.cumsum(x[:-1], out=out[1:])
+    return out
+
+
+def pack_to_device(parts: list[np.ndarray], dtype: type, device: torch.device) -> list[torch.Tensor]:
+    """One host-to-device copy of `parts` (as `dtype`); returns each part's slice, each starting on a 16-byte
+    boundary (Triton specializes kernels on pointer alignment: unaligned slices would compile other variants)."""
+    sizes = [len(p) for p in parts]
+    starts = np.zeros(len(parts) + 1, dtype=np.int64)
+    np.cumsum([-(-n // _ALIGN) * _ALIGN for n in sizes], out=starts[1:])
+    host = np.zeros(int(starts[-1]), dtype=dtype)
+    for part, a in zip(parts, starts):
+        host[a : a + len(part)] = part
+    dev = torch.from_numpy(host).to(device)
+    return [dev[a : a + n] for a, n in zip(starts, sizes)]
+
+
+def assemble_forward_batch(ids: np.ndarray, prefix_lens: np.ndarray, extend_lens: np.ndarray,
+                           req_pool_indices: np.ndarray, out_cache_loc: np.ndarray, req_to_token: torch.Tensor,
+                           logit_rows: np.ndarray | None = None,
+                           table_writes: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> ForwardBatch:
+    """A ForwardBatch from host int arrays (flat `ids` and `out_cache_loc`, per-request lengths and rows), sent
+    to the device in two copies. `table_writes` = (rows, cols, slots) entries of req_to_token to set first, in
+    the same copies; `logit_rows` None means the model takes each request's last token."""
+    device = req_to_token.device
+    extend_lens = extend_lens.astype(np.int64, copy=False)
+    prefix_lens = prefix_lens.astype(np.int64, copy=False)
+    loc = exclusive_cumsum(extend_lens)
+    total = int(extend_lens.sum())
+    seq = prefix_lens + extend_lens
+    positions = np.repeat(prefix_lens - loc, extend_lens) + np.arange(total)
+    rows, cols, slots = table_writes if table_writes is not None else (np.zeros(0, np.int64),) * 3
+    logits = logit_rows if logit_rows is not None else np.zeros(0, np.int64)
+    p64 = pack_to_device([ids, positions, out_cache_loc, req_pool_indices, logits, rows, cols], np.int64, device)
+    p32 = pack_to_device([prefix_lens, extend_lens, seq, loc, slots], np.int32, device)
+    if len(rows):
+        req_to_token[p64[5], p64[6]] = p32[4].to(req_to_token.dtype)
+    return ForwardBatch(
+        mode=ForwardMode.DECODE if len(extend_lens) and bool((extend_lens == 1).all()) else ForwardMode.EXTEND,
+        input_ids=p64[0],
+        positions=p64[1],
+        out_cache_loc=p64[2],
+        req_pool_indices=p64[3],
+        req_to_token=req_to_token,
+        prefix_lens=p32[0],
+        extend_lens=p32[1],
+        seq_lens=p32[2],
+        extend_start_loc=p32[3],
+        logits_indices=p64[4] if logit_rows is not None else None,
+        max_extend_len=int(extend_lens.max()) if len(extend_lens) else 1,
+        max_seq_len=int(seq.max()) if len(seq) else 1,
+    )
+
+
 def build_forward_batch(
     input_ids: list[list[int]] | list,
     prefix_lens: list[int],
@@ -64,41 +125,16 @@ def build_forward_batch(
     out_cache_loc: torch.Tensor,
     logits_indices: torch.Tensor | None = None,
 ) -> ForwardBatch:
-    """Assemble a ForwardBatch from per-request new token ids and cached lengths (host-side helper).
+    """Assemble a ForwardBatch from per-request new token ids and cached lengths (for tests and benchmarks; the
+    engine builds its batches from a schedule in runtime/batch_builder.py, through the same assembly).
 
     `input_ids[b]` are the tokens request b computes now; their slots (`out_cache_loc`, flat) must already be
     written into `req_to_token` at positions prefix_lens[b] .. prefix_lens[b] + len(input_ids[b]) - 1.
     """
-    import numpy as np
-
-    device = req_to_token.device
     extend = np.fromiter((len(x) for x in input_ids), dtype=np.int64, count=len(input_ids))
-    prefix = np.asarray(prefix_lens, dtype=np.int64)
-    starts = np.zeros_like(extend)
-    if len(extend) > 1:
-        starts[1:] = np.cumsum(extend)[:-1]
     flat = np.concatenate([np.asarray(x, dtype=np.int64) for x in input_ids]) if len(input_ids) else np.zeros(0, np.int64)
-    positions = np.concatenate(
-        [np.arange(p, p + e, dtype=np.int64) for p, e in zip(prefix, extend)]
-    ) if len(input_ids) else np.zeros(0, np.int64)
-    seq = prefix + extend
-    mode = ForwardMode.DECODE if len(extend) and bool((extend == 1).all()) else ForwardMode.EXTEND
-
-    def t(a: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
-        return torch.from_numpy(a).to(device=device, dtype=dtype)
-
-    return ForwardBatch(
-        mode=mode,
-        input_ids=t(flat, torch.int64),
-        positions=t(positions, torch.int64),
-        out_cache_loc=out_cache_loc.to(device=device, dtype=torch.int64),
-        req_pool_indices=t(np.asarray(req_pool_indices, dtype=np.int64), torch.int64),
-        req_to_token=req_to_token,
-        prefix_lens=t(prefix, torch.int32),
-        extend_lens=t(extend, torch.int32),
-        seq_lens=t(seq, torch.int32),
-        extend_start_loc=t(starts, torch.int32),
-        logits_indices=logits_indices,
-        max_extend_len=int(extend.max()) if len(extend) else 1,
-        max_seq_len=int(seq.max()) if len(seq) else 1,
-    )
+    loc = out_cache_loc.detach().cpu().numpy() if isinstance(out_cache_loc, torch.Tensor) else np.asarray(out_cache_loc)
+    rows = None if logits_indices is None else logits_indices.detach().cpu().numpy().astype(np.int64)
+    return assemble_forward_batch(flat, np.asarray(prefix_lens, dtype=np.int64), extend,
+                                  np.asarray(req_pool_indices, dtype=np.int64), loc.astype(np.int64), req_to_token,
+                                  logit_rows=rows)
