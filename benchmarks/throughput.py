@@ -163,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--no-cuda-graph", action="store_true")
     ap.add_argument("--json", type=Path, default=None, help="also write every number here")
+    ap.add_argument("--sync-too", action="store_true",
+                    help="also time each batch with the overlap scheduler off (the synchronous loop), same engine")
     args = ap.parse_args(argv)
 
     from radixgen.runtime.engine import Engine
@@ -186,7 +188,13 @@ def main(argv: list[str] | None = None) -> int:
                     sampling_params={"max_new_tokens": 4, "ignore_eos": True})  # compile the prefill kernels
     ours = []
     for b in args.batches:
+        if args.sync_too:  # the engine's switch behind disable_overlap_schedule, flipped between runs
+            engine.core.overlap = False
+            sync = run_radixgen(engine, rng, b, args.input_len, args.output_len)
+            engine.core.overlap = True
         ours.append(run_radixgen(engine, rng, b, args.input_len, args.output_len))
+        if args.sync_too:
+            ours[-1].update(sync_e2e_tok_s=sync["e2e_tok_s"], sync_decode_tok_s=sync["decode_tok_s"])
         if graphs is not None:  # the decode step's GPU time alone, at the run's mean sequence length
             step_ms = graph_step_ms(graphs, b, args.input_len + args.output_len // 2)
             ours[-1].update(graph_step_ms=step_ms, graph_only_tok_s=b / step_ms * 1e3)
@@ -207,15 +215,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{name}, random weights, {dtype}, {gpu}; {args.input_len} prompt + {args.output_len} generated tokens "
           f"per request, greedy; CUDA graphs {'on' if graphs else 'off'}")
     print("| batch | radixgen e2e tok/s | radixgen decode tok/s | graph step ms (tok/s) | radixgen s "
-          "| transformers tok/s | transformers s | e2e speedup |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          "| synchronous loop e2e / decode tok/s | transformers tok/s | transformers s | e2e speedup |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in ours:
         t = theirs.get(r["batch"])
         hf_cols = (f"{t['e2e_tok_s']:,.1f} | {t['seconds']:.2f} | {r['e2e_tok_s'] / t['e2e_tok_s']:.1f}x" if t
                    else "- | - | -")
         step = (f"{r['graph_step_ms']:.2f} ({r['graph_only_tok_s']:,.0f})" if "graph_step_ms" in r else "-")
+        sync = (f"{r['sync_e2e_tok_s']:,.1f} / {r['sync_decode_tok_s']:,.1f}" if "sync_decode_tok_s" in r else "-")
         print(f"| {r['batch']} | {r['e2e_tok_s']:,.1f} | {r['decode_tok_s']:,.1f} | {step} | {r['seconds']:.2f} "
-              f"| {hf_cols} |")
+              f"| {sync} | {hf_cols} |")
     if args.json:
         args.json.write_text(json.dumps({"config": config, "radixgen": ours, "transformers": list(theirs.values()),
                                          "device": gpu}, indent=1))

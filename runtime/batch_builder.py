@@ -25,7 +25,9 @@ class LogitRows:
 
 
 def build_forward_batch(batch: ScheduleBatch, scheduler: Scheduler, req_to_token: torch.Tensor,
-                        device: torch.device) -> tuple[ForwardBatch, LogitRows]:
+                        device: torch.device, device_ids: torch.Tensor | None = None) -> tuple[ForwardBatch, LogitRows]:
+    """The ForwardBatch of `batch` and where its logits rows land. `device_ids`: the batch's flat input ids
+    already on the device (an overlapped decode step, whose inputs the host has not read yet)."""
     items = batch.items
     b = len(items)
     starts = np.fromiter((it.start for it in items), dtype=np.int64, count=b)
@@ -44,13 +46,8 @@ def build_forward_batch(batch: ScheduleBatch, scheduler: Scheduler, req_to_token
     sample_row = np.full(b, -1, dtype=np.int64)
     for i, it in enumerate(items):
         req, s, e, o = it.req, it.start, it.extend, int(loc[i])
-        prompt_len = len(req.origin_ids)
-        if s + e <= prompt_len:
-            ids[o : o + e] = req.origin_ids[s : s + e]
-        elif s >= prompt_len:  # decode: only generated tokens (no concatenation of the whole sequence)
-            ids[o : o + e] = req.output_ids[s - prompt_len : s - prompt_len + e]
-        else:
-            ids[o : o + e] = req.fill_ids()[s : s + e]
+        if device_ids is None:
+            ids[o : o + e] = _token_ids(req, s, e)
         slots = scheduler.slot_view(req, 0, s + e)
         out_loc[o : o + e] = slots[s:]
         # Device row entries not yet current: [synced_len, s + e).
@@ -76,5 +73,16 @@ def build_forward_batch(batch: ScheduleBatch, scheduler: Scheduler, req_to_token
     write_cols = np.repeat(sync_lo - exclusive_cumsum(counts), counts) + np.arange(n_write)
     fb = assemble_forward_batch(ids, starts, extends, req_idx, out_loc, req_to_token,
                                 logit_rows=np.asarray(logit_rows, dtype=np.int64),
-                                table_writes=(write_rows, write_cols, np.concatenate(new_slots)))
+                                table_writes=(write_rows, write_cols, np.concatenate(new_slots)),
+                                device_ids=device_ids)
     return fb, LogitRows(logit_first, logit_count, sample_row)
+
+
+def _token_ids(req, start: int, n: int) -> np.ndarray | list[int]:
+    """Tokens [start, start + n) of the request's fill_ids, without concatenating the whole sequence."""
+    prompt_len = len(req.origin_ids)
+    if start + n <= prompt_len:
+        return req.origin_ids[start : start + n]
+    if start >= prompt_len:  # decode: only generated tokens
+        return req.output_ids[start - prompt_len : start - prompt_len + n]
+    return req.fill_ids()[start : start + n]

@@ -30,6 +30,8 @@ class EngineConfig:
     random_seed: int = 0
     dummy_config: dict | None = None  # model config for load_format="dummy" without a model folder
     enable_jump_forward: bool = True
+    # Launch each decode step before delivering the previous step's tokens (host work overlaps the forward).
+    disable_overlap_schedule: bool = False
     log_level: str = "warning"
 
     @classmethod

@@ -19,8 +19,10 @@ import torch
 from radixgen.grammars import bitmask_words
 from radixgen.runtime.batch_builder import LogitRows, build_forward_batch
 from radixgen.runtime.engine_config import EngineConfig
+from radixgen.runtime.forward_batch import host_to_device
 from radixgen.runtime.logprobs import token_logprobs
 from radixgen.runtime.request import Req, ReqState
+from radixgen.runtime.sampler import SampleOutput
 from radixgen.runtime.sampling_batch import SamplingBatch
 from radixgen.runtime.scheduler import ScheduleBatch, Scheduler, SchedulerLimits
 
@@ -33,6 +35,7 @@ class EngineCounters:
 
     steps: int = 0
     decode_steps: int = 0
+    overlapped_steps: int = 0  # steps launched before the previous step's tokens were delivered
     forward_tokens: int = 0  # tokens that went through the model
     prompt_tokens: int = 0
     cached_tokens: int = 0
@@ -45,6 +48,32 @@ class EngineCounters:
     forward_seconds: float = 0.0
     grammar_seconds: float = 0.0  # mask filling + matcher advances + jump-forward
     sample_seconds: float = 0.0
+
+
+@dataclass
+class SampledStep:
+    """One step's sampled tokens, delivered to their requests at once (synchronous loop) or after the next step
+    is launched (overlapped loop). `host` holds host copies of the device outputs, complete once `ready` is."""
+
+    reqs: list[Req]
+    rids: tuple[str, ...]
+    counted: list[int]  # per row: the output tokens `sb` has counted, this step's sample included
+    sb: SamplingBatch
+    out: SampleOutput
+    host: list[torch.Tensor | None]  # tokens, logprobs, top-logprob values, top-logprob ids
+    ready: torch.cuda.Event | None  # None: host copies are complete (CPU device)
+
+
+def _copy_to_host(tensors: list[torch.Tensor | None]) -> tuple[list[torch.Tensor | None], torch.cuda.Event | None]:
+    """Start copying device tensors into pinned host memory without waiting; an event marks completion. (A
+    blocking copy would also wait for any step launched after these tensors were produced.)"""
+    if all(t is None or t.device.type == "cpu" for t in tensors):
+        return tensors, None
+    host = [None if t is None else torch.empty(t.shape, dtype=t.dtype, pin_memory=True).copy_(t, non_blocking=True)
+            for t in tensors]
+    ready = torch.cuda.Event()
+    ready.record()
+    return host, ready
 
 
 class EngineCore:
@@ -79,7 +108,9 @@ class EngineCore:
         self._thread: threading.Thread | None = None
         self.bitmask_words = (self.vocab_size + 31) // 32
         self._eos_set = frozenset(tokenizer.eos_token_ids)
-        self._sb_cache: tuple | None = None  # (rids, expected output lengths, SamplingBatch) of the last step
+        self.overlap = not config.disable_overlap_schedule
+        self._inflight: SampledStep | None = None  # sampled, launched, not yet delivered (overlapped loop)
+        self._last_sampled: SampledStep | None = None  # its SamplingBatch is reused by a steady decode
         self.on_step: Callable[[ScheduleBatch], None] | None = None  # test hook
 
     # ------------------------------------------------------------ thread API
@@ -148,23 +179,75 @@ class EngineCore:
                 return
 
     def step(self) -> None:
+        if self._inflight is not None:
+            if self._overlap_step():
+                return
+            self._deliver(self._inflight)
+            self._inflight = None
         batch = self.scheduler.schedule()
         if batch is None:
             return
         if self.on_step is not None:
             self.on_step(batch)
-        c = self.counters
         fb, rows = build_forward_batch(batch, self.scheduler, self.req_rows.req_to_token, self.device)
+        logits = self._forward(batch, fb)
+        self._prompt_logprobs(batch, rows, logits)
+        sampled = self._sample(batch, rows, logits)
+        if sampled is None:
+            return
+        if self.overlap and all(r.matcher is None for r in sampled.reqs):
+            self._inflight = sampled  # delivered after the next step is launched (or before a synchronous one)
+        else:
+            self._deliver(sampled)
+
+    def _forward(self, batch: ScheduleBatch, fb) -> torch.Tensor:
         t0 = time.perf_counter()
         logits = self.runner.forward(fb)
         self.scheduler.commit(batch)
+        c = self.counters
         c.forward_seconds += time.perf_counter() - t0
         c.steps += 1
         c.decode_steps += int(batch.is_decode)
         c.forward_tokens += batch.num_tokens
         c.preemptions = self.scheduler.num_preemptions
-        self._prompt_logprobs(batch, rows, logits)
-        self._sample_and_advance(batch, rows, logits)
+        return logits
+
+    def _overlap_step(self) -> bool:
+        """Launch the next decode step of the requests of the step still in flight, its inputs read on the device
+        from that step's samples, and only then deliver those samples: the host's per-request work overlaps the
+        device's forward (SGLang's overlap scheduler). A request whose in-flight token ends it (EOS, a stop
+        string) wastes one position; one that the token budget ends is left out. Returns False when this step
+        needs the synchronous path: requests to admit, chunks to prefill, or memory to evict or preempt for."""
+        prev = self._inflight
+        sched = self.scheduler
+        if sched.waiting and len(sched.running) < self.config.max_running_requests:
+            return False
+        pending = {r.rid for r in prev.reqs}
+        if any(r.rid not in pending for r in sched.running):
+            return False
+        keep = [j for j, r in enumerate(prev.reqs) if r.state is ReqState.RUNNING and self._token_budget(r) > 1]
+        if not keep:
+            return False
+        reqs = [prev.reqs[j] for j in keep]
+        batch = sched.schedule_decode(reqs)
+        if batch is None:
+            return False
+        if self.on_step is not None:
+            self.on_step(batch)
+        everyone = len(keep) == len(prev.reqs)
+        ids = prev.out.next_token_ids
+        if not everyone:
+            ids = ids.index_select(0, host_to_device(np.asarray(keep, dtype=np.int64), ids.device))
+        fb, rows = build_forward_batch(batch, sched, self.req_rows.req_to_token, self.device, device_ids=ids)
+        logits = self._forward(batch, fb)
+        self.counters.overlapped_steps += 1
+        sb = prev.sb if everyone else prev.sb.filter(keep)
+        sampled = self._sample(batch, rows, logits, (sb, [prev.counted[j] + 1 for j in keep]))
+        self._deliver(prev)
+        self._inflight = sampled
+        if sampled is not None and not any(r.state is ReqState.RUNNING for r in sampled.reqs):
+            self._inflight = None  # every request ended with the tokens just delivered: nothing to wait for
+        return True
 
     # --------------------------------------------------------- outputs
     def _prompt_logprobs(self, batch: ScheduleBatch, rows: LogitRows, logits: torch.Tensor) -> None:
@@ -190,7 +273,10 @@ class EngineCore:
                 for v, ix in zip(scored.top_values.tolist(), scored.top_ids.tolist()):
                     req.input_top_logprobs.append(list(zip(v, ix)))
 
-    def _sample_and_advance(self, batch: ScheduleBatch, rows: LogitRows, logits: torch.Tensor) -> None:
+    def _sample(self, batch: ScheduleBatch, rows: LogitRows, logits: torch.Tensor,
+                sampling: tuple[SamplingBatch, list[int]] | None = None) -> SampledStep | None:
+        """Sample the next token of every item that reaches the end of its tokens, and start copying the tokens
+        to the host. `sampling`: the sampling batch and its rows' counted tokens, when the caller has them."""
         sel = []
         for i, it in enumerate(batch.items):
             if not it.sample:
@@ -200,7 +286,7 @@ class EngineCore:
             else:
                 sel.append(i)
         if not sel:
-            return
+            return None
         reqs = [batch.items[i].req for i in sel]
         sample_rows = rows.sample_row[sel]
         if len(sample_rows) == logits.shape[0] and (sample_rows == np.arange(len(sample_rows))).all():
@@ -211,16 +297,26 @@ class EngineCore:
         mask, mask_rows = self._grammar_masks(reqs)
         t1 = time.perf_counter()
         self.counters.grammar_seconds += t1 - t0
-        sb = self._sampling_batch(reqs)
+        sb, counted = sampling if sampling is not None else self._sampling_batch(reqs)
         out = self.sampler.sample(sb, sample_logits, mask, mask_rows)
         sb.append(out.next_token_ids)
-        tokens = out.next_token_ids.tolist()
-        logprobs = out.next_token_logprobs.tolist() if out.next_token_logprobs is not None else None
-        tops = None
-        if out.top_logprobs_values is not None:
-            tops = [list(zip(v, i)) for v, i in zip(out.top_logprobs_values.tolist(), out.top_logprobs_ids.tolist())]
+        host, ready = _copy_to_host([out.next_token_ids, out.next_token_logprobs, out.top_logprobs_values,
+                                     out.top_logprobs_ids])
+        self._last_sampled = sampled = SampledStep(reqs, tuple(r.rid for r in reqs), counted, sb, out, host, ready)
         self.counters.sample_seconds += time.perf_counter() - t1
-        for j, req in enumerate(reqs):
+        return sampled
+
+    def _deliver(self, sampled: SampledStep) -> None:
+        """Hand a step's sampled tokens to their requests (waiting for the host copy if it is still in flight)."""
+        t0 = time.perf_counter()
+        if sampled.ready is not None:
+            sampled.ready.synchronize()
+        token_t, logprob_t, top_v, top_i = sampled.host
+        tokens = token_t.tolist()
+        logprobs = logprob_t.tolist() if logprob_t is not None else None
+        tops = [list(zip(v, i)) for v, i in zip(top_v.tolist(), top_i.tolist())] if top_v is not None else None
+        self.counters.sample_seconds += time.perf_counter() - t0
+        for j, req in enumerate(sampled.reqs):
             try:
                 self._on_token(req, tokens[j], logprobs[j] if logprobs else None,
                                tops[j][: req.top_logprobs_num] if tops else None)
@@ -228,23 +324,21 @@ class EngineCore:
                 log.exception("request %s failed", req.rid)
                 self._finish(req, {"type": "abort", "message": f"{type(exc).__name__}: {exc}"})
 
-    def _sampling_batch(self, reqs: list[Req]) -> SamplingBatch:
-        """The sampling tensors of `reqs`: last step's, when the same requests sample again with exactly one new
-        token each since (the steady decode state); otherwise built afresh from the requests' tokens."""
-        rids = tuple(r.rid for r in reqs)
+    def _sampling_batch(self, reqs: list[Req]) -> tuple[SamplingBatch, list[int]]:
+        """The sampling tensors of `reqs` and the tokens each row will have counted after this step's sample:
+        the last step's tensors, when the same requests sample again with exactly the tokens that step counted
+        (the steady decode state); otherwise built afresh from the requests' tokens."""
         lens = [len(r.output_ids) for r in reqs]
-        cached = self._sb_cache
-        if cached is not None and cached[0] == rids and cached[1] == lens:
-            sb = cached[2]
+        last = self._last_sampled
+        if last is not None and last.rids == tuple(r.rid for r in reqs) and last.counted == lens:
+            sb = last.sb
         else:
             sb = SamplingBatch.build(
                 [r.params for r in reqs], self.vocab_size, self.device, eos_token_ids=self.tokenizer.eos_token_ids,
                 prompt_ids=[r.origin_ids for r in reqs], output_ids=[r.output_ids for r in reqs],
                 return_logprob=[r.return_logprob for r in reqs],
                 top_logprobs_num=[r.top_logprobs_num for r in reqs])
-        # After this step's sample (appended to sb), a plain decode step leaves each request one token longer.
-        self._sb_cache = (rids, [n + 1 for n in lens], sb)
-        return sb
+        return sb, [n + 1 for n in lens]
 
     def _grammar_masks(self, reqs: list[Req]) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         rows = [j for j, r in enumerate(reqs) if r.matcher is not None]
@@ -421,6 +515,7 @@ class EngineCore:
         return info
 
     def _fail_running(self, message: str) -> None:
+        self._inflight = None
         for req in list(self.scheduler.running):
             self._finish(req, {"type": "abort", "message": message})
 

@@ -43,6 +43,9 @@ class ForwardBatch:
     logits_indices: torch.Tensor | None = None
     max_extend_len: int = 1
     max_seq_len: int = 1
+    # Leading requests that extend by exactly one token (running decodes, which the scheduler puts first): in
+    # an EXTEND batch, attention runs them through the decode kernel (runtime/models/attention.py).
+    num_decode_rows: int = 0
 
     @property
     def batch_size(self) -> int:
@@ -76,17 +79,34 @@ def pack_to_device(parts: list[np.ndarray], dtype: type, device: torch.device) -
     host = np.zeros(int(starts[-1]), dtype=dtype)
     for part, a in zip(parts, starts):
         host[a : a + len(part)] = part
-    dev = torch.from_numpy(host).to(device)
+    dev = host_to_device(host, device)
     return [dev[a : a + n] for a, n in zip(starts, sizes)]
+
+
+def host_to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
+    """`array` on `device`. To CUDA through pinned memory without waiting: a pageable copy would also wait for
+    every kernel queued before it, which stalls the overlapped loop behind the step in flight. (The caching
+    host allocator keeps the pinned block until the copy has read it.)"""
+    if device.type != "cuda":
+        return torch.from_numpy(array)
+    pinned = torch.empty(array.shape, dtype=_TORCH_DTYPES[array.dtype.type], pin_memory=True)
+    pinned.numpy()[...] = array
+    return pinned.to(device, non_blocking=True)
+
+
+_TORCH_DTYPES = {np.int64: torch.int64, np.int32: torch.int32, np.float32: torch.float32, np.bool_: torch.bool}
 
 
 def assemble_forward_batch(ids: np.ndarray, prefix_lens: np.ndarray, extend_lens: np.ndarray,
                            req_pool_indices: np.ndarray, out_cache_loc: np.ndarray, req_to_token: torch.Tensor,
                            logit_rows: np.ndarray | None = None,
-                           table_writes: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> ForwardBatch:
+                           table_writes: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+                           device_ids: torch.Tensor | None = None) -> ForwardBatch:
     """A ForwardBatch from host int arrays (flat `ids` and `out_cache_loc`, per-request lengths and rows), sent
     to the device in two copies. `table_writes` = (rows, cols, slots) entries of req_to_token to set first, in
-    the same copies; `logit_rows` None means the model takes each request's last token."""
+    the same copies; `logit_rows` None means the model takes each request's last token. `device_ids`, when
+    given, are the flat input ids already on the device (tokens the previous step sampled and the host has not
+    read yet: the overlapped loop); `ids` is then ignored."""
     device = req_to_token.device
     extend_lens = extend_lens.astype(np.int64, copy=False)
     prefix_lens = prefix_lens.astype(np.int64, copy=False)
@@ -96,13 +116,15 @@ def assemble_forward_batch(ids: np.ndarray, prefix_lens: np.ndarray, extend_lens
     positions = np.repeat(prefix_lens - loc, extend_lens) + np.arange(total)
     rows, cols, slots = table_writes if table_writes is not None else (np.zeros(0, np.int64),) * 3
     logits = logit_rows if logit_rows is not None else np.zeros(0, np.int64)
+    if device_ids is not None:
+        ids = np.zeros(0, np.int64)
     p64 = pack_to_device([ids, positions, out_cache_loc, req_pool_indices, logits, rows, cols], np.int64, device)
     p32 = pack_to_device([prefix_lens, extend_lens, seq, loc, slots], np.int32, device)
     if len(rows):
         req_to_token[p64[5], p64[6]] = p32[4].to(req_to_token.dtype)
     return ForwardBatch(
         mode=ForwardMode.DECODE if len(extend_lens) and bool((extend_lens == 1).all()) else ForwardMode.EXTEND,
-        input_ids=p64[0],
+        input_ids=p64[0] if device_ids is None else device_ids,
         positions=p64[1],
         out_cache_loc=p64[2],
         req_pool_indices=p64[3],
@@ -114,7 +136,14 @@ def assemble_forward_batch(ids: np.ndarray, prefix_lens: np.ndarray, extend_lens
         logits_indices=p64[4] if logit_rows is not None else None,
         max_extend_len=int(extend_lens.max()) if len(extend_lens) else 1,
         max_seq_len=int(seq.max()) if len(seq) else 1,
+        num_decode_rows=_leading_ones(extend_lens),
     )
+
+
+def _leading_ones(x: np.ndarray) -> int:
+    """Length of the run of 1s at the start of x."""
+    not_one = np.flatnonzero(x != 1)
+    return int(not_one[0]) if len(not_one) else len(x)
 
 
 def build_forward_batch(

@@ -32,6 +32,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 import torch
 from radixgen.runtime.counter_rng import split_seed
+from radixgen.runtime.forward_batch import host_to_device
 from radixgen.runtime.sampling_params import SamplingParams
 
 TokenIds = Sequence[int] | np.ndarray | torch.Tensor
@@ -167,8 +168,8 @@ class SamplingBatch:
 
     def filter(self, keep: Sequence[int] | torch.Tensor) -> SamplingBatch:
         """A new batch of rows `keep` (in that order)."""
-        idx = torch.as_tensor(keep, dtype=torch.int64).to(self.device)
-        rows = idx.tolist()
+        rows = keep.tolist() if isinstance(keep, torch.Tensor) else [int(i) for i in keep]
+        idx = host_to_device(np.asarray(rows, dtype=np.int64), self.device)
         kw = {}
         for f in fields(self):
             v = getattr(self, f.name)

@@ -130,6 +130,22 @@ class Scheduler:
             self._admit(batch, budget, chunk)
         return batch if batch.items else None
 
+    def schedule_decode(self, reqs: list[Req]) -> ScheduleBatch | None:
+        """One decode position for each of `reqs`, in that order, at its kv_len: the overlapped loop's step,
+        whose input tokens (the previous step's samples) are still on the device, so the host's fill_ids are one
+        token short. One allocation for the whole batch; None when memory is short (the caller then takes the
+        synchronous path, where `schedule` evicts and preempts)."""
+        slots = self._alloc(len(reqs))
+        if slots is None:
+            return None
+        batch = ScheduleBatch()
+        for req, slot in zip(reqs, np.split(slots, len(reqs))):
+            buf = self.slots[req.rid]
+            buf.truncate(req.kv_len)
+            buf.extend(slot)
+            batch.items.append(ScheduledReq(req, req.kv_len, 1, True))
+        return batch
+
     def _extend(self, batch: ScheduleBatch, req: Req, slots: np.ndarray) -> None:
         start, n = req.kv_len, len(slots)
         buf = self.slots[req.rid]

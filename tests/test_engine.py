@@ -216,3 +216,48 @@ def test_jump_forward_retokenizes_the_boundary_and_saves_steps(engine):
     # Forced text is re-tokenized with the token before it, so the output is tokenized as the tokenizer would
     # tokenize its text (token-by-token masked sampling of the same text is not: it splits `"age":` oddly).
     assert out["output_ids"] == engine.tokenizer.encode(out["text"], add_special_tokens=False)
+
+
+def test_overlap_schedule_delivers_what_the_synchronous_loop_does(default_model_path, engine):
+    """The overlapped loop (each decode step launched before the previous step's tokens are delivered) returns
+    exactly the synchronous loop's outputs, for requests that end by length, EOS, stop strings and stop ids,
+    with logprobs, penalties and seeds; and it really overlaps."""
+    chat = "<|im_start|>user\nSay hello in three words.<|im_end|>\n<|im_start|>assistant\n"
+    prompts = PROMPTS + [chat, chat]
+    params = [
+        GREEDY,
+        {**GREEDY, "stop": ["Rome", " is"]},
+        GREEDY,
+        {"temperature": 0.8, "top_p": 0.9, "seed": 7, "max_new_tokens": 9, "frequency_penalty": 0.5},
+        {**GREEDY, "max_new_tokens": 3},
+        {"temperature": 0, "max_new_tokens": 40},  # ends with EOS
+        {"temperature": 0, "max_new_tokens": 40, "min_new_tokens": 20, "repetition_penalty": 1.2},
+    ]
+    full = engine.generate(prompts[2], GREEDY)["output_ids"]
+    params[2] = {**params[2], "stop_token_ids": [full[6]]}
+    before = engine.get_stats()["overlapped_steps"]
+    overlapped = engine.generate(prompts, params, return_logprob=True, top_logprobs_num=3)
+    assert engine.get_stats()["overlapped_steps"] > before
+    with Engine(str(default_model_path), chunked_prefill_size=16, max_prefill_tokens=64,
+                disable_overlap_schedule=True) as sync:
+        reference = sync.generate(prompts, params, return_logprob=True, top_logprobs_num=3)
+        assert sync.get_stats()["overlapped_steps"] == 0
+    reasons = {r["meta_info"]["finish_reason"]["type"] for r in reference}
+    assert reasons == {"length", "stop"}
+    assert reference[5]["meta_info"]["finish_reason"]["matched"] is not None  # EOS
+    for got, want in zip(overlapped, reference):
+        assert got["output_ids"] == want["output_ids"]
+        assert got["text"] == want["text"]
+        assert got["meta_info"]["finish_reason"] == want["meta_info"]["finish_reason"]
+        for key in ("output_token_logprobs", "output_top_logprobs"):
+            assert _flat(got["meta_info"][key]) == pytest.approx(_flat(want["meta_info"][key]), rel=1e-4, abs=1e-4)
+    assert engine.flush_cache()
+    stats = engine.get_stats()
+    assert stats["kv_slots_free"] == stats["kv_slots_total"]  # the wasted in-flight positions were returned
+
+
+def _flat(nested) -> list[float]:
+    """Every number in nested lists/tuples of logprob entries, in order."""
+    if isinstance(nested, (list, tuple)):
+        return [x for item in nested for x in _flat(item)]
+    return [float(nested)]

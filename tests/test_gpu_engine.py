@@ -150,3 +150,44 @@ def test_smollm2_greedy_on_gpu_matches_cpu_reference(default_model_path):
         near_ties += 1
     print(f"\nPARITY SmolLM2 GPU bf16 + CUDA graphs vs CPU fp32: {len(prompts)} prompts x {NEW_TOKENS} tokens, "
           f"{exact} identical, {near_ties} diverged at a near-tie; {'; '.join(report)}")
+
+
+def test_overlap_schedule_on_cuda_matches_the_synchronous_loop():
+    """On CUDA the overlapped loop reads each step's input tokens on the device and copies samples to the host
+    asynchronously; with identical batch compositions (ignore_eos, one length) it returns the synchronous
+    loop's exact tokens, and it does overlap."""
+    from pathlib import Path
+
+    from radixgen.runtime.engine import Engine
+
+    tokenizer = Path(__file__).parent / "fixtures" / "tokenizers" / "qwen3" / "tokenizer.json"
+    rng = np.random.default_rng(1)
+    prompts = [rng.integers(0, SMALL["vocab_size"], size=int(n)).tolist() for n in rng.integers(5, 300, size=40)]
+    params = {"max_new_tokens": 24, "temperature": 0, "ignore_eos": True}
+    outs = {}
+    for disable in (False, True):
+        with Engine(load_format="dummy", dummy_config=SMALL, tokenizer_path=str(tokenizer), device="cuda",
+                    max_total_tokens=40_000, max_running_requests=64, disable_overlap_schedule=disable) as eng:
+            outs[disable] = _generate_all_at_once(eng, prompts, params)
+            overlapped = eng.get_stats()["overlapped_steps"]
+        assert (overlapped > 0) == (not disable)
+    assert outs[False] == outs[True]
+
+
+def _generate_all_at_once(engine, prompts: list[list[int]], params: dict) -> list[list[int]]:
+    """Greedy outputs with every request admitted in the same step: the loop thread is held until all of them
+    are in its inbox (bf16 numerics depend on batch composition, which arrival timing would otherwise vary)."""
+    import threading
+
+    gate, result = threading.Event(), {}
+    holder = threading.Thread(target=engine.core.call, args=(gate.wait,))
+    holder.start()
+    worker = threading.Thread(target=lambda: result.update(
+        outs=engine.generate(input_ids=prompts, sampling_params=params)))
+    worker.start()
+    while engine.core.inbox.qsize() < len(prompts):
+        gate.wait(0.01)
+    gate.set()
+    worker.join(timeout=120)
+    holder.join(timeout=10)
+    return [o["output_ids"] for o in result["outs"]]

@@ -45,3 +45,40 @@ def test_dummy_runner_pools_and_forward():
     logits = runner.forward(batch)
     assert logits.shape == (2, TINY_CONFIGS["mistral"]["vocab_size"]) and logits.dtype == torch.float32
     assert torch.isfinite(logits).all()
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("arch", ["llama", "mistral"])  # mistral: sliding window
+def test_mixed_batch_runs_decode_rows_through_the_decode_kernel(device, arch):
+    """A batch of running decodes followed by prefill chunks: attention splits it at num_decode_rows (decode
+    kernel, then extend kernel); the logits equal running every row through the extend kernel."""
+    import dataclasses
+
+    import numpy as np
+
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    config = EngineConfig(load_format="dummy", dummy_config=TINY_CONFIGS[arch], device=device,
+                          max_total_tokens=400, max_running_requests=6, context_length=128)
+    runner = ModelRunner(config)
+    rng = np.random.default_rng(0)
+    vocab = TINY_CONFIGS[arch]["vocab_size"]
+    # Three decodes (contexts 40, 7, 75 of which all but the last token cached), then chunks of 9 and 20 tokens
+    # after cached prefixes of 30 and 0.
+    contexts, new = [40, 7, 75, 39, 20], [1, 1, 1, 9, 20]
+    prefix = [c - n for c, n in zip(contexts, new)]
+    rows = [runner.req_to_token_pool.alloc() for _ in contexts]
+    pool = runner.req_to_token_pool.req_to_token
+    for r, c in zip(rows, contexts):
+        runner.req_to_token_pool.write(r, 0, runner.slot_allocator.alloc(c))
+    k_all, v_all = runner.kv_pool.k_buffers, runner.kv_pool.v_buffers
+    for buf in k_all + v_all:
+        buf.copy_(torch.randn_like(buf))  # the cached prefixes' K/V
+    ids = [rng.integers(0, vocab, size=n).tolist() for n in new]
+    loc = torch.cat([pool[r, p : p + n].long().cpu() for r, p, n in zip(rows, prefix, new)])
+    batch = build_forward_batch(ids, prefix, rows, pool, loc)
+    assert batch.num_decode_rows == 3
+    split = runner.forward(batch)
+    whole = runner.forward(dataclasses.replace(batch, num_decode_rows=0))
+    err = float((split.double() - whole.double()).norm() / whole.double().norm())
+    assert err < (1e-5 if device == "cpu" else 2e-2)

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import torch
 from radixgen.runtime.config import ModelConfig
-from radixgen.runtime.forward_batch import ForwardBatch, ForwardMode
+from radixgen.runtime.forward_batch import ForwardBatch
+from radixgen.runtime.models.attention import batch_attention
 from torch import nn
 from torch.nn import functional as F
 
@@ -78,17 +79,7 @@ class LlamaAttention(nn.Module):
         q, k = q.contiguous(), k.contiguous()
         kernels.apply_rotary(q, k, batch.positions, cos_sin, is_neox=True)
         kernels.store_kv(k_cache, v_cache, batch.out_cache_loc, k, v)
-        if batch.mode is ForwardMode.DECODE:
-            o = kernels.decode_attention(
-                q, k_cache, v_cache, batch.req_to_token, batch.req_pool_indices, batch.seq_lens, self.scale,
-                sliding_window=self.sliding_window, max_seq_len=batch.max_seq_len,
-            )
-        else:
-            o = kernels.extend_attention(
-                q, k_cache, v_cache, batch.req_to_token, batch.req_pool_indices, batch.prefix_lens,
-                batch.extend_lens, batch.extend_start_loc, self.scale, sliding_window=self.sliding_window,
-                max_extend_len=batch.max_extend_len,
-            )
+        o = batch_attention(q, k_cache, v_cache, batch, self.scale, self.sliding_window)
         return F.linear(o.reshape(t, self.q_size), self.o_proj, self.o_bias)
 
 
