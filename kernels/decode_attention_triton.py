@@ -75,10 +75,10 @@ def _decode_split_kernel(
         mask_n = offs_n < end
         slots = tl.load(slots_row + offs_n, mask=mask_n, other=0).to(tl.int64)
         k = tl.load(k_base + slots[:, None] * stride_ks + offs_d[None, :], mask=mask_n[:, None], other=0.0)
-        qk = tl.dot(q_tile, tl.trans(k)) * sm_scale_log2
+        qk = tl.dot(q_tile, tl.trans(k))
         qk = tl.where(mask_n[None, :], qk, float("-inf"))
         v = tl.load(v_base + slots[:, None] * stride_vs + offs_d[None, :], mask=mask_n[:, None], other=0.0)
-        m_i, l_i, acc = online_softmax_step(qk, m_i, l_i, acc, v)
+        m_i, l_i, acc = online_softmax_step(qk, m_i, l_i, acc, v, sm_scale_log2)
 
     l_safe = tl.where(l_i > 0.0, l_i, 1.0)
     part = acc / l_safe[:, None]

@@ -90,22 +90,22 @@ def _extend_kernel(
         offs_n = n0 + tl.arange(0, BLOCK_N)
         slots = tl.load(slots_row + offs_n).to(tl.int64)
         k = tl.load(k_base + slots[:, None] * stride_ks + offs_d[None, :])
-        qk = tl.dot(q_tile, tl.trans(k)) * sm_scale_log2
+        qk = tl.dot(q_tile, tl.trans(k))
         v = tl.load(v_base + slots[:, None] * stride_vs + offs_d[None, :])
-        m_i, l_i, acc = online_softmax_step(qk, m_i, l_i, acc, v)
+        m_i, l_i, acc = online_softmax_step(qk, m_i, l_i, acc, v, sm_scale_log2)
 
     for n0 in range(full_end, kv_end, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
         mask_n = offs_n < kv_end
         slots = tl.load(slots_row + offs_n, mask=mask_n, other=0).to(tl.int64)
         k = tl.load(k_base + slots[:, None] * stride_ks + offs_d[None, :], mask=mask_n[:, None], other=0.0)
-        qk = tl.dot(q_tile, tl.trans(k)) * sm_scale_log2
+        qk = tl.dot(q_tile, tl.trans(k))
         visible = mask_n[None, :] & (offs_n[None, :] <= q_pos[:, None])
         if HAS_WINDOW:
             visible = visible & (offs_n[None, :] > q_pos[:, None] - window)
         qk = tl.where(visible, qk, float("-inf"))
         v = tl.load(v_base + slots[:, None] * stride_vs + offs_d[None, :], mask=mask_n[:, None], other=0.0)
-        m_i, l_i, acc = online_softmax_step(qk, m_i, l_i, acc, v)
+        m_i, l_i, acc = online_softmax_step(qk, m_i, l_i, acc, v, sm_scale_log2)
 
     l_safe = tl.where(l_i > 0.0, l_i, 1.0)
     out = acc / l_safe[:, None]
