@@ -1,7 +1,7 @@
 """Prefix sharing: SGLang-paper-shaped workloads with the radix cache on and off, on the same engine build.
 
-Workloads: a shared few-shot prefix with many questions, 4-turn chats, a tree-of-thought fan-out, and no
-sharing at all (the overhead check). For each: tokens prefilled (through the model), cache hit rate against the
+Workloads: a shared few-shot prefix with many questions, 4-turn chats (with 40-word questions, and with a long
+system prompt and short questions), a tree-of-thought fan-out, and no sharing at all (the overhead check). For each: tokens prefilled (through the model), cache hit rate against the
 best achievable hit rate (computed offline from the prompts: every token of a prompt that is a prefix of an
 earlier-submitted sequence), and wall time with the cache on vs off.
 
@@ -32,15 +32,22 @@ def few_shot(rng: random.Random, scale: float) -> list[list[str]]:
 
 
 def chats(rng: random.Random, scale: float) -> list[list[str]]:
-    """Each conversation is a list of turns; turn k's prompt extends turn k-1's prompt + answer."""
+    """Each conversation: its first prompt (system prompt + question), then the text each later turn appends
+    after the previous answer; turn k's prompt is turn k-1's prompt + its answer + that text."""
     convs = []
     for _ in range(int(6 * scale)):
-        turns, ctx = [], f"System: {sentence(rng, 150)}\n"  # a realistic system prompt
-        for _ in range(4):
-            ctx += f"User: {sentence(rng, 40)}\nAssistant:"
-            turns.append(ctx)
-            ctx += " {answer}\n"
-        convs.append(turns)
+        first = f"System: {sentence(rng, 150)}\nUser: {sentence(rng, 40)}\nAssistant:"  # a realistic system prompt
+        convs.append([first] + [f"\nUser: {sentence(rng, 40)}\nAssistant:" for _ in range(3)])
+    return convs
+
+
+def system_prompt_chats(rng: random.Random, scale: float) -> list[list[str]]:
+    """SGLang's multi_turn_system_prompt_chat shape, scaled to the CPU: a long system prompt per conversation
+    (SGLang: 2,048 tokens), short questions (SGLang: 32 tokens), 4 turns."""
+    convs = []
+    for _ in range(int(6 * scale)):
+        first = f"System: {sentence(rng, 600)}\nUser: {sentence(rng, 25)}\nAssistant:"
+        convs.append([first] + [f"\nUser: {sentence(rng, 25)}\nAssistant:" for _ in range(3)])
     return convs
 
 
@@ -70,21 +77,22 @@ def best_hit_tokens(prompt: np.ndarray, seen: list[np.ndarray]) -> int:
 
 
 def run_workload(engine: Engine, groups: list[list[str]], max_new: int) -> dict:
-    """Groups run one after another in waves (turn k of every conversation together), like real traffic."""
+    """Groups run one after another in waves (turn k of every conversation together), like real traffic. A
+    group is a conversation: its first prompt, then what each later turn appends after the previous answer."""
     params = {"max_new_tokens": max_new, "temperature": 0, "ignore_eos": True}
     before = engine.get_stats()
     t0 = time.perf_counter()
     seen: list[np.ndarray] = []  # sequences whose KV existed before (earlier waves: prompt + output)
     cached = prompt_tokens = optimum = 0
     depth = max(len(g) for g in groups)
-    answers: dict[int, str] = {}
+    history: dict[int, str] = {}  # group -> its last prompt + answer
     for k in range(depth):
         wave_idx = [i for i, g in enumerate(groups) if k < len(g)]
-        wave = [groups[i][k].replace("{answer}", answers.get(i, "")) for i in wave_idx]
+        wave = [history.get(i, "") + groups[i][k] for i in wave_idx]
         outs = engine.generate(wave, params)
         wave_seen: list[np.ndarray] = []
         for i, p, o in zip(wave_idx, wave, outs):
-            answers[i] = o["text"]
+            history[i] = p + o["text"]
             cached += o["meta_info"]["cached_tokens"]
             prompt_tokens += o["meta_info"]["prompt_tokens"]
             ids = np.asarray(engine.tokenizer.encode(p), dtype=np.int64)
@@ -106,8 +114,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--only", nargs="*", default=None, help="workload names to run (default: all)")
     args = ap.parse_args()
-    workloads = {"few-shot": few_shot, "4-turn chat": chats, "tree-of-thought": tree_of_thought,
-                 "no sharing": no_sharing}
+    workloads = {"few-shot": few_shot, "4-turn chat": chats, "system-prompt chat": system_prompt_chats,
+                 "tree-of-thought": tree_of_thought, "no sharing": no_sharing}
     rows = []
     for name, make in workloads.items():
         if args.only and name not in args.only:
