@@ -15,8 +15,10 @@ of its per-token work.
 Columns: "e2e" = B * output_len / wall time of the whole generate call (prefill included); "decode" = B *
 (output_len - 1) / (time of that call - time of the same call with max_new_tokens=1): the decode phase alone;
 "graph step" = GPU time of one replay of the batch's decode graph at the run's mean length (CUDA events), and
-the tokens/s it alone would give: the gap to "decode" is the engine's per-step CPU work (schedule, batch
-building, sampling, detokenization), which is not overlapped with the GPU.
+the tokens/s it alone would give; every row reads one request's KV there, so its attention is L2-resident and
+the figure is a lower bound of the real step. `--sync-too` also times each batch with the overlap schedule off
+(the same engine, switched between runs): the gap shows the per-step host work (schedule, batch building,
+sampling, stop checks, detokenization) that the overlapped loop hides behind the GPU.
 
     python benchmarks/throughput.py                          # Llama-3-8B shape on CUDA, batches 1 16 64 256
     python benchmarks/throughput.py --small --device cpu     # a tiny model, a smoke run of the script
