@@ -144,6 +144,7 @@ class PdaAutomaton:
         self._live: dict[int, list[tuple[int, int]]] = {}
         self._rows: dict[int, list[int]] = {}
         self._groups: dict[int, tuple[np.ndarray, list[int]]] = {}
+        self._edges: dict[tuple[int, int], int] = {}  # see `edge`
         self._closures: dict[Stack, tuple[frozenset[Stack], bool]] = {}
         self._lock = threading.RLock()
         initial = self._intern(*self._close([(pda.start,)]))
@@ -205,6 +206,34 @@ class PdaAutomaton:
             found = self._intern(stacks, False)
         assert found is not None
         return found
+
+    def fill_relative_tops(self) -> None:
+        """Intern the relative stack `(MARK, g)` of every PDA state g with bytes and fill their rows in bulk.
+
+        Walks from a grammar position start from these states and mostly stay in them (bytes read inside
+        one rule: property names, literals), so filling them with one gather instead of one row at a time
+        makes those walks cheaper. A target that calls a rule or may end its rule gets its closure as usual."""
+        pda = self._pda
+        with self._lock:
+            ids = np.full(pda.num_states, DEAD, dtype=np.int64)
+            for g in np.flatnonzero(pda.has_bytes).tolist():
+                found = self._intern(frozenset({(MARK, g)}), False)
+                assert found is not None
+                ids[g] = found
+            target_state = ids.copy()
+            closing = np.flatnonzero(pda.accept | np.fromiter((bool(c) for c in pda.calls), dtype=bool,
+                                                                count=pda.num_states))
+            for t in closing.tolist():
+                target_state[t] = self._intern_or_dead(self._close_one((MARK, t)))
+            tops = np.flatnonzero(pda.has_bytes)
+            fresh = tops[self._table[ids[tops], 0] == UNKNOWN]
+            trans = pda.trans[fresh]
+            self._table[ids[fresh]] = np.where(trans >= 0, target_state[np.maximum(trans, 0)], DEAD)
+
+    def closed_state(self, stack: Stack) -> int:
+        """The state of the closure of one stack (relative or not), or DEAD when nothing of it is left."""
+        with self._lock:
+            return self._intern_or_dead(self._close_one(stack))
 
     def _close(self, stacks: list[Stack]) -> tuple[frozenset[Stack], bool]:
         """Epsilon closure: push calls, pop finished rules; keep stacks that can read a byte or accept.
@@ -300,18 +329,8 @@ class PdaAutomaton:
             tops = np.fromiter((s[-1] for s in stacks), dtype=np.int64, count=len(stacks))
             targets = trans[tops]  # [k, 256]
             groups, firsts = group_bytes(targets)
-            results = np.full(firsts.shape[0], DEAD, dtype=np.int32)
-            for g, b in enumerate(firsts.tolist()):
-                # The closure of a union is the union of closures: reuse each moved stack's own closure.
-                kept: set[Stack] = set()
-                escaped = False
-                for s, t in zip(stacks, targets[:, b].tolist()):
-                    if t >= 0:
-                        one_kept, one_escaped = self._close_one(s[:-1] + (t,))
-                        kept |= one_kept
-                        escaped |= one_escaped
-                if kept or escaped:
-                    results[g] = self._intern_or_dead((frozenset(kept), escaped))
+            results = np.array([self._moved(stacks, targets[:, b].tolist()) for b in firsts.tolist()],
+                               dtype=np.int32)
             row = results[groups]
         self._table[state] = row
 
@@ -329,8 +348,10 @@ class PdaAutomaton:
         """(byte, next state) for every live byte of `state`, ascending."""
         found = self._live.get(state)
         if found is None:
-            row = self.row_list(state)
-            found = self._live[state] = [(b, t) for b, t in enumerate(row) if t >= 0]
+            self.row_list(state)  # fills the row when unknown
+            row = self._table[state]
+            live = np.flatnonzero(row >= 0)
+            found = self._live[state] = list(zip(live.tolist(), row[live].tolist()))
         return found
 
     def row_list(self, state: int) -> list[int]:
@@ -345,16 +366,50 @@ class PdaAutomaton:
         return found
 
     def read(self, state: int, data: bytes) -> int:
-        """`step` through the cached row lists (faster for long byte strings over known states)."""
+        """`step` through the cached row lists (faster for long byte strings over known states). A state
+        whose row is still unknown is left so: only the edge taken is computed (`edge`), since a long byte
+        string mostly passes through states nothing else visits."""
         rows = self._rows
+        table = self._table
         for b in data:
             row = rows.get(state)
-            if row is None:
-                row = self.row_list(state)
-            state = row[b]
+            if row is not None:
+                state = row[b]
+            elif table[state, 0] != UNKNOWN:
+                state = self.row_list(state)[b]
+            else:
+                state = self.edge(state, b)
+                table = self._table  # interning may have grown it
             if state < 0:
                 return DEAD
         return state
+
+    def row_known(self, state: int) -> bool:
+        return bool(self._table[state, 0] != UNKNOWN)
+
+    def edge(self, state: int, byte: int) -> int:
+        """The state after `byte` from `state`, without filling the row (memoized per edge). The same
+        closure union as `_fill_row` computes for that byte, so the same interned state."""
+        key = (state, byte)
+        found = self._edges.get(key)
+        if found is None:
+            stacks = list(self._configs[state])
+            trans = self._pda.trans
+            with self._lock:
+                found = self._edges[key] = self._moved(stacks, [int(trans[s[-1], byte]) for s in stacks])
+        return found
+
+    def _moved(self, stacks: list[Stack], targets: list[int]) -> int:
+        """The state after each stack's top moves to its target (-1: that stack dies), or DEAD. The closure
+        of a union is the union of closures: each moved stack's own closure is reused."""
+        kept: set[Stack] = set()
+        escaped = False
+        for s, t in zip(stacks, targets):
+            if t >= 0:
+                one_kept, one_escaped = self._close_one(s[:-1] + (t,))
+                kept |= one_kept
+                escaped |= one_escaped
+        return self._intern_or_dead((frozenset(kept), escaped))
 
     def step(self, state: int, data: bytes) -> int:
         for b in data:

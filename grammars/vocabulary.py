@@ -60,25 +60,6 @@ class TokenTrie:
     def num_nodes(self) -> int:
         return int(self.node_byte.shape[0])
 
-    def subtree_sizes(self) -> np.ndarray:
-        """int64[N]: number of nodes in each node's subtree (itself included); built once."""
-        cached = self.__dict__.get("_subtree")
-        if cached is None:
-            cached = np.ones(self.num_nodes, dtype=np.int64)
-            # Children come after their parents in BFS order: accumulate from the deepest level up.
-            for depth in range(len(self.level_start) - 2, 0, -1):
-                lo, hi = int(self.level_start[depth]), int(self.level_start[depth + 1])
-                np.add.at(cached, self.node_parent[lo:hi], cached[lo:hi])
-            object.__setattr__(self, "_subtree", cached)
-        return cached
-
-    def subtree_list(self) -> list[int]:
-        cached = self.__dict__.get("_subtree_list")
-        if cached is None:
-            cached = self.subtree_sizes().tolist()
-            object.__setattr__(self, "_subtree_list", cached)
-        return cached
-
     def lists(self) -> tuple[list[int], list[int], list[int]]:
         """child_start, child_count, node_byte as Python lists (for per-node loops; built once)."""
         cached = self.__dict__.get("_lists")
@@ -163,8 +144,8 @@ class Vocabulary:
         specials = frozenset(int(s) for s in special_ids)
         self.special_ids: frozenset[int] = specials | frozenset(self.eos_token_ids)
         # Trie walks over shared terminal DFAs, reused by every grammar compiled against this vocabulary:
-        # {dfa: {dfa state: walk}} (see Grammar._relative_walk); weak so unused DFAs can go.
-        self.terminal_walks: WeakKeyDictionary[Any, dict[int, Any]] = WeakKeyDictionary()
+        # {dfa: {(dfa state, start nodes): walk}} (see terminal_walks.py); weak so unused DFAs can go.
+        self.terminal_walks: WeakKeyDictionary[Any, dict[Any, Any]] = WeakKeyDictionary()
         for tid in self.special_ids:
             if not 0 <= tid < len(self.token_bytes):
                 raise ValueError(f"special/eos token id {tid} outside the vocabulary of {self.size}")
@@ -212,6 +193,28 @@ class Vocabulary:
                          key=lambda k: len(entries[k][1]), default=-1)
             entries.append((tid, data, prefix))
         return split, tuple(entries), pack_bitmask(allowed)
+
+    @cached_property
+    def long_token_paths(self) -> np.ndarray:
+        """bool per trie node: a prefix (itself included) of one of the `long_tokens`."""
+        trie = self.trie
+        out = np.zeros(trie.num_nodes, dtype=bool)
+        for tid, _, _ in self.long_tokens[1]:
+            node = int(trie.token_node[tid])
+            while node > 0 and not out[node]:
+                out[node] = True
+                node = int(trie.node_parent[node])
+        return out
+
+    @cached_property
+    def long_token_witnesses(self) -> tuple[int | None, ...]:
+        """Per long token (in `long_tokens` order), a token that is a prefix of it of at most `split` bytes
+        (the longest one), or None. A string can only be read if its prefixes can, so where a mask that is
+        exact up to `split` bytes refuses the witness, it refuses the long token too (masks.py)."""
+        split, entries, _ = self.long_tokens
+        by_bytes = {tok: i for i, tok in enumerate(self.token_bytes) if tok and i not in self.special_ids}
+        return tuple(next((by_bytes[data[:k]] for k in range(min(split, len(data)), 0, -1)
+                           if data[:k] in by_bytes), None) for _, data, _ in entries)
 
     def new_mask(self, rows: int | None = None) -> np.ndarray:
         """A zeroed int32 bitmask: one row, or `rows` rows."""

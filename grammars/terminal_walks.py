@@ -1,0 +1,196 @@
+"""Trie walks inside a shared terminal (a JSON string, a number, a key's tail), cached per vocabulary, and
+the hand-off from a grammar's walk into them.
+
+Large terminals are compiled once as shared sub-automata (pda.py), so the same `ByteDFA` object appears in
+every grammar that uses it. Walking the vocabulary trie inside one is the expensive part of a mask (a string
+accepts most of the vocabulary), and its result does not depend on the grammar around it: it is cached on
+the vocabulary, keyed by (DFA, DFA state, start nodes), and reused by every grammar and every position.
+`TerminalHandoff` is what a grammar's trie walk calls where it enters such a terminal: the cached walk, then
+the grammar's own walk again from the nodes where the terminal may end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from radixgen.grammars.automaton import DfaEscapes, PdaAutomaton
+from radixgen.grammars.bytedfa import ByteDFA
+from radixgen.grammars.token_walk import WalkResult, nodes_to_mask, walk_trie
+from radixgen.grammars.vocabulary import Vocabulary
+
+
+@dataclass(frozen=True)
+class TerminalWalk:
+    """What a terminal reads from DFA state `q` below some trie nodes (their own tokens included)."""
+
+    packed: np.ndarray  # tokens read without leaving the terminal (read-only)
+    exit_nodes: np.ndarray  # trie nodes where the terminal may end (its DFA accepts there)
+    exit_parent_states: np.ndarray  # the DFA state at each exit node's parent
+
+
+@dataclass(frozen=True)
+class _Base:
+    """A node set whose subtrees are pairwise disjoint, with its walk: the walks below its nodes read
+    disjoint token sets and end at disjoint exits, so a nearby set's walk is this one minus and plus the
+    few nodes that differ."""
+
+    nodes: np.ndarray
+    walk: TerminalWalk
+    exit_owner: np.ndarray  # per exit node: the index in `nodes` it lies below
+
+
+BASE_MIN_NODES = 32  # sets at least this large become bases (a character's ends: a few hundred nodes)
+
+
+def terminal_walk(vocab: Vocabulary, dfa: ByteDFA, q: int, nodes: np.ndarray) -> TerminalWalk:
+    """The walk of `dfa` from state `q` below the sorted, distinct trie `nodes`, cached per vocabulary.
+
+    Cached per node set (one mask row, so a set seen again costs a lookup). Sets differ from context to
+    context by a few nodes (a key's first character excludes different names' first characters), so the last
+    large set walked is kept as a base (see `_Base`): a set near it costs the walks of the nodes that differ
+    (cached per node), not one walk below all of them (thousands of nodes with a large vocabulary)."""
+    # Keys of one DFA's cache: (q, node set bytes) -> TerminalWalk; (q, node) -> WalkResult; (q, "base").
+    per_dfa = vocab.terminal_walks.setdefault(dfa, {})
+    key = (q, nodes.tobytes())
+    found = per_dfa.get(key)
+    if found is not None:
+        return found
+    base = per_dfa.get((q, "base"))
+    if base is not None and _near(base.nodes, nodes):
+        kept = np.isin(base.nodes, nodes, assume_unique=True)
+        added = _node_walks(vocab, per_dfa, dfa, q, np.setdiff1d(nodes, base.nodes, assume_unique=True))
+        removed = _node_walks(vocab, per_dfa, dfa, q, base.nodes[~kept])
+        packed = base.walk.packed & ~_alive_mask(vocab, removed)
+        packed |= _alive_mask(vocab, added)
+        exits = kept[base.exit_owner]
+        found = TerminalWalk(packed, _joined([base.walk.exit_nodes[exits]] + [w.escape_nodes for w in added]),
+                             _joined([base.walk.exit_parent_states[exits]]
+                                     + [w.escape_parent_states for w in added]))
+    else:
+        walk = walk_trie(DfaEscapes(dfa), np.full(nodes.shape[0], q, dtype=np.int64), vocab.trie, nodes,
+                         escapes=True)
+        found = TerminalWalk(nodes_to_mask(vocab, walk.alive_nodes), walk.escape_nodes, walk.escape_parent_states)
+        if nodes.shape[0] >= BASE_MIN_NODES:
+            owner = _owners(vocab, nodes, walk.escape_nodes)
+            if owner is not None:
+                per_dfa[(q, "base")] = _Base(nodes, found, owner)
+    found.packed.flags.writeable = False
+    return per_dfa.setdefault(key, found)
+
+
+def sorted_unique(nodes: np.ndarray) -> np.ndarray:
+    """`np.unique` of an int array, free when it is sorted and distinct already (a walk's nodes usually are)."""
+    if nodes.shape[0] < 2 or bool((nodes[1:] > nodes[:-1]).all()):
+        return nodes
+    return np.unique(nodes)
+
+
+def _near(base: np.ndarray, nodes: np.ndarray) -> bool:
+    """Few enough nodes differ for the base to pay (at most a quarter of the set)."""
+    common = np.intersect1d(base, nodes, assume_unique=True).shape[0]
+    return (base.shape[0] - common) + (nodes.shape[0] - common) <= nodes.shape[0] // 4
+
+
+def _alive_mask(vocab: Vocabulary, walks: list[WalkResult]) -> np.ndarray:
+    return nodes_to_mask(vocab, _joined([w.alive_nodes for w in walks]))
+
+
+def _joined(arrays: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.int64)
+
+
+def _owners(vocab: Vocabulary, nodes: np.ndarray, below: np.ndarray) -> np.ndarray | None:
+    """Index in the sorted `nodes` of the one node above each of `below` (their descendants), or None when
+    some node of `nodes` lies below another (the subtrees are not disjoint)."""
+    parent = vocab.trie.node_parent
+    ancestors = parent[nodes]
+    while ancestors.size:
+        if np.isin(ancestors, nodes).any():
+            return None
+        ancestors = parent[ancestors[ancestors != 0]]
+    owner = np.full(below.shape[0], -1, dtype=np.int64)
+    current = below.copy()
+    pending = np.arange(below.shape[0])
+    for _ in range(len(vocab.trie.level_start)):  # one trie level up per round
+        if pending.size == 0:
+            break
+        at = np.searchsorted(nodes, current)
+        hit = (at < nodes.shape[0]) & (nodes[np.minimum(at, nodes.shape[0] - 1)] == current)
+        owner[pending[hit]] = at[hit]
+        pending, current = pending[~hit], parent[current[~hit]]
+    return owner
+
+
+def _node_walks(vocab: Vocabulary, per_dfa: dict, dfa: ByteDFA, q: int,  # type: ignore[type-arg]
+                nodes: np.ndarray) -> list[WalkResult]:
+    """The walk below each of `nodes` alone, cached per (state, node)."""
+    out = []
+    for node in nodes.tolist():
+        found = per_dfa.get((q, node))
+        if found is None:
+            found = per_dfa.setdefault((q, node), walk_trie(DfaEscapes(dfa), q, vocab.trie, node, escapes=True))
+        out.append(found)
+    return out
+
+
+class TerminalHandoff:
+    """The `handoff` of a grammar's trie walks (see `walk_trie`): subtrees below configurations that are one
+    stack inside a shared terminal are answered from `terminal_walk`, one per configuration from all of
+    its nodes at once; where the terminal may end, the configuration's own walk resumes."""
+
+    def __init__(self, vocab: Vocabulary, automaton: PdaAutomaton) -> None:
+        self.vocab = vocab
+        self.automaton = automaton
+
+    def __call__(self, nodes: np.ndarray, states: np.ndarray, escapes: bool, past_escapes: bool) -> WalkResult:
+        automaton = self.automaton
+        pda = automaton.pda
+        assert pda.terminal_of is not None
+        packed = np.zeros(self.vocab.mask_words, dtype=np.int32)
+        exit_nodes: list[np.ndarray] = []
+        exit_configs: list[np.ndarray] = []
+        order = np.argsort(states, kind="stable")
+        states, nodes = states[order], nodes[order]
+        firsts = np.flatnonzero(np.concatenate(([True], states[1:] != states[:-1])))
+        for state, group in zip(states[firsts].tolist(), np.split(nodes, firsts[1:])):
+            (stack,) = automaton.stacks(state)
+            offset, dfa = pda.terminals[int(pda.terminal_of[stack[-1]])]
+            inside = terminal_walk(self.vocab, dfa, stack[-1] - offset, sorted_unique(group))
+            packed |= inside.packed
+            if inside.exit_nodes.size:
+                exit_nodes.append(inside.exit_nodes)
+                exit_configs.append(self._exit_configs(stack[:-1], offset, inside))
+        if not exit_nodes:
+            empty = np.zeros(0, dtype=np.int64)
+            return WalkResult(empty, empty, empty, packed)
+        below = self._walk_exits(np.concatenate(exit_nodes), np.concatenate(exit_configs), escapes, past_escapes)
+        if below.packed is not None:
+            packed |= below.packed
+        return WalkResult(below.alive_nodes, below.escape_nodes, below.escape_parent_states, packed)
+
+    def after_terminal(self, prefix: tuple[int, ...], offset: int, inside: TerminalWalk) -> WalkResult:
+        """The walk of the relative stack `prefix + (terminal state,)` below the nodes where the terminal
+        walk `inside` may end (recording escapes and going past them)."""
+        empty = np.zeros(0, dtype=np.int64)
+        if inside.exit_nodes.size == 0:
+            return WalkResult(empty, empty, empty)
+        return self._walk_exits(inside.exit_nodes, self._exit_configs(prefix, offset, inside), True, True)
+
+    def _exit_configs(self, prefix: tuple[int, ...], offset: int, inside: TerminalWalk) -> np.ndarray:
+        """Per exit node of a terminal walk: the configuration `prefix + (its parent's PDA state,)`."""
+        parents = inside.exit_parent_states
+        configs = np.empty_like(parents)
+        for q in np.unique(parents).tolist():
+            configs[parents == q] = self.automaton.intern_stacks(frozenset({prefix + (offset + q,)}))
+        return configs
+
+    def _walk_exits(self, nodes: np.ndarray, parents: np.ndarray, escapes: bool,
+                    past_escapes: bool) -> WalkResult:
+        """Walk from each of `nodes` freshly reached by its byte from configuration `parents`."""
+        automaton = self.automaton
+        automaton.ensure_rows(parents)
+        starts = automaton.table[parents, self.vocab.trie.node_byte[nodes]].astype(np.int64)
+        live = starts >= 0
+        return walk_trie(automaton, starts[live], self.vocab.trie, nodes[live], escapes=escapes, handoff=self,
+                         start_parents=parents[live], past_escapes=past_escapes)

@@ -1,0 +1,153 @@
+"""Masks from the cached frame walks (grammars/masks.py) equal a plain walk of the whole configuration.
+
+The mask cache splits each parser stack into frames, walks each frame alone from the trie nodes where the
+frame above it ends, keys those walks by lookahead representatives, reuses terminal walks across grammars
+and fixes the few long tokens separately. The reference here does none of that: one walk of the vocabulary
+trie from the real configuration (`walk_trie` without handoff), EOS where accepting. Every position visited
+by real instances and by seeded random walks over allowed tokens must give the same row bit for bit.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+from grammar_vocabs import VOCABS
+from radixgen.grammars import Grammar, Vocabulary, clear_cache, compile_grammar, load_builtin_grammar
+from radixgen.grammars.automaton import PdaAutomaton
+from radixgen.grammars.json_schema import compile_json_schema
+from radixgen.grammars.token_walk import nodes_to_mask, walk_trie
+
+ITEM = {"type": "object", "properties": {"id": {"type": "integer", "minimum": 0, "maximum": 999},
+                                         "tags": {"type": "array", "items": {"type": "string", "maxLength": 40}}},
+        "required": ["id"], "additionalProperties": False}
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "minLength": 1, "maxLength": 50},  # a counted repetition of characters
+        "kind": {"enum": ["alpha", "beta", "gamma"]},
+        "items": {"type": "array", "items": ITEM, "maxItems": 4},
+        "nested": {"$ref": "#/$defs/node"},
+        "when": {"type": "string", "format": "date"},
+        "either": {"anyOf": [{"type": "number"}, {"type": "boolean"}, {"type": "null"}]},
+    },
+    "required": ["name"],
+    "additionalProperties": {"type": "string"},  # keys other than the declared names
+    "$defs": {"node": {"type": "object", "properties": {"child": {"$ref": "#/$defs/node"},
+                                                        "v": {"type": "string"}}}},
+}
+INSTANCES = [
+    {"name": "example-package", "kind": "beta", "items": [{"id": 7, "tags": ["a", "b c"]}, {"id": 999}],
+     "nested": {"child": {"child": {"v": "deep"}, "v": "x"}}, "when": "2026-11-30", "either": 1.5,
+     "extra": "value", "another key": "é"},
+    {"name": "x" * 50, "items": [], "either": None},
+    {"name": "ÃÂ" * 20 + "-" * 10, "nested": {}},
+]
+EBNF = r'''
+root ::= expr
+expr ::= term (("+" | "-") term)*
+term ::= factor (("*" | "/") factor)*
+factor ::= [0-9]+ | "(" expr ")" | "-" factor
+'''
+GRAMMARS = {
+    "json-schema": lambda vocab: compile_json_schema(SCHEMA, vocab),
+    "lark-json": lambda vocab: compile_grammar(load_builtin_grammar("json"), vocab),
+    "ebnf-arithmetic": lambda vocab: compile_grammar(EBNF, vocab, syntax="ebnf"),
+}
+TEXTS = {
+    "json-schema": [json.dumps(x, ensure_ascii=False) for x in INSTANCES],
+    "lark-json": ['{"a": [1, 2.5, {"b": [[[]]], "c": null}], "d": "e\\"f", "g": {"h": {"i": {"j": true}}}}'],
+    "ebnf-arithmetic": ["((1+2)*(3-(4/5)))-(((6)))", "-(7*-8)+9"],
+}
+
+
+def plain_mask(grammar: Grammar, vocab: Vocabulary, state: int) -> np.ndarray:
+    """The reference: one walk of the trie from the whole configuration."""
+    out = nodes_to_mask(vocab, walk_trie(grammar.automaton, state, vocab.trie).alive_nodes)
+    if grammar.automaton.accepting(state):
+        out |= vocab.eos_mask
+    return out
+
+
+def check_along(grammar: Grammar, vocab: Vocabulary, tokens: list[int]) -> int:
+    """Compare the masks at every position of `tokens` (which must be accepted); returns positions."""
+    m = grammar.matcher()
+    for i, tid in enumerate(tokens + [None]):
+        np.testing.assert_array_equal(grammar.mask(m.state), plain_mask(grammar, vocab, m.state),
+                                      err_msg=f"position {i}")
+        if tid is not None:
+            assert m.advance(tid), f"token {i} refused"
+    return len(tokens) + 1
+
+
+def random_tokens(grammar: Grammar, seed: int, steps: int) -> list[int]:
+    """A seeded walk over allowed tokens (EOS excluded), stopping where only EOS is left."""
+    rng = random.Random(seed)
+    m = grammar.matcher()
+    eos = set(grammar.vocab.eos_token_ids)
+    out: list[int] = []
+    for _ in range(steps):
+        choices = [t for t in m.allowed_token_ids().tolist() if t not in eos]
+        if not choices:
+            break
+        # Prefer short tokens half of the time, so walks also stop inside keys, strings and numbers.
+        if rng.random() < 0.5:
+            short = [t for t in choices if len(grammar.vocab.token_bytes[t]) <= 2]
+            choices = short or choices
+        tid = rng.choice(choices)
+        out.append(tid)
+        assert m.advance(tid)
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(GRAMMARS))
+def test_masks_equal_plain_walk_on_instances(name: str) -> None:
+    vocab, encode = VOCABS["gpt2"]()
+    clear_cache()
+    grammar = GRAMMARS[name](vocab)
+    assert sum(check_along(grammar, vocab, encode(text)) for text in TEXTS[name]) > 20
+
+
+@pytest.mark.parametrize("name", sorted(GRAMMARS))
+def test_masks_equal_plain_walk_on_random_walks(name: str) -> None:
+    vocab, _ = VOCABS["gpt2"]()
+    clear_cache()
+    grammar = GRAMMARS[name](vocab)
+    for seed in range(3):
+        check_along(grammar, vocab, random_tokens(grammar, seed, 30))
+
+
+def test_masks_equal_plain_walk_without_precompute() -> None:
+    """The same tables with every walk done on first use (no compile-time precompute): same rows."""
+    vocab, encode = VOCABS["gpt2"]()
+    clear_cache()
+    compiled = compile_json_schema(SCHEMA, vocab)
+    lazy = Grammar("json_schema", "lazy", vocab, PdaAutomaton(compiled.automaton.pda))
+    for text in TEXTS["json-schema"]:
+        tokens = encode(text)
+        check_along(lazy, vocab, tokens)
+        m, n = lazy.matcher(), compiled.matcher()
+        for tid in tokens:
+            np.testing.assert_array_equal(lazy.mask(m.state), compiled.mask(n.state))
+            assert m.advance(tid) and n.advance(tid)
+
+
+def test_long_tokens_inside_counted_repetitions() -> None:
+    """A tiny vocabulary whose long tokens (runs of 'a' up to 24 bytes) cross a maxLength chain: positions
+    far from the end share frame walks and only the long tokens are stepped."""
+    tokens = [bytes([b]) for b in range(32, 127)] + [b"a" * n for n in range(2, 25)] + [b'a"', b'",', b"<eos>"]
+    vocab = Vocabulary(tokens, eos_token_ids=[len(tokens) - 1])
+    schema = {"type": "object", "properties": {"s": {"type": "string", "maxLength": 30},
+                                               "t": {"type": "array", "items": {"type": "string",
+                                                                                 "maxLength": 20}}},
+              "required": ["s", "t"], "additionalProperties": False}
+    clear_cache()
+    grammar = compile_json_schema(schema, vocab)
+    index = {tok: i for i, tok in enumerate(tokens)}
+    for value in ("a" * 30, "a" * 7, "", "b" * 12 + "a" * 18):
+        text = json.dumps({"s": value, "t": ["a" * 20, "a" * 3]}).encode()
+        check_along(grammar, vocab, [index[bytes([b])] for b in text])
+    for seed in range(4):
+        check_along(grammar, vocab, random_tokens(grammar, seed, 40))
