@@ -22,7 +22,7 @@ from radixgen.runtime.engine_config import EngineConfig
 from radixgen.runtime.forward_batch import host_to_device
 from radixgen.runtime.logprobs import token_logprobs
 from radixgen.runtime.request import Req, ReqState
-from radixgen.runtime.sampler import SampleOutput
+from radixgen.runtime.sampled_step import SampledStep, copy_to_host
 from radixgen.runtime.sampling_batch import SamplingBatch
 from radixgen.runtime.scheduler import ScheduleBatch, Scheduler, SchedulerLimits
 
@@ -48,32 +48,6 @@ class EngineCounters:
     forward_seconds: float = 0.0
     grammar_seconds: float = 0.0  # mask filling + matcher advances + jump-forward
     sample_seconds: float = 0.0
-
-
-@dataclass
-class SampledStep:
-    """One step's sampled tokens, delivered to their requests at once (synchronous loop) or after the next step
-    is launched (overlapped loop). `host` holds host copies of the device outputs, complete once `ready` is."""
-
-    reqs: list[Req]
-    rids: tuple[str, ...]
-    counted: list[int]  # per row: the output tokens `sb` has counted, this step's sample included
-    sb: SamplingBatch
-    out: SampleOutput
-    host: list[torch.Tensor | None]  # tokens, logprobs, top-logprob values, top-logprob ids
-    ready: torch.cuda.Event | None  # None: host copies are complete (CPU device)
-
-
-def _copy_to_host(tensors: list[torch.Tensor | None]) -> tuple[list[torch.Tensor | None], torch.cuda.Event | None]:
-    """Start copying device tensors into pinned host memory without waiting; an event marks completion. (A
-    blocking copy would also wait for any step launched after these tensors were produced.)"""
-    if all(t is None or t.device.type == "cpu" for t in tensors):
-        return tensors, None
-    host = [None if t is None else torch.empty(t.shape, dtype=t.dtype, pin_memory=True).copy_(t, non_blocking=True)
-            for t in tensors]
-    ready = torch.cuda.Event()
-    ready.record()
-    return host, ready
 
 
 class EngineCore:
@@ -300,7 +274,7 @@ class EngineCore:
         sb, counted = sampling if sampling is not None else self._sampling_batch(reqs)
         out = self.sampler.sample(sb, sample_logits, mask, mask_rows)
         sb.append(out.next_token_ids)
-        host, ready = _copy_to_host([out.next_token_ids, out.next_token_logprobs, out.top_logprobs_values,
+        host, ready = copy_to_host([out.next_token_ids, out.next_token_logprobs, out.top_logprobs_values,
                                      out.top_logprobs_ids])
         self._last_sampled = sampled = SampledStep(reqs, tuple(r.rid for r in reqs), counted, sb, out, host, ready)
         self.counters.sample_seconds += time.perf_counter() - t1
