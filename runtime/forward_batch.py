@@ -87,14 +87,10 @@ def host_to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
     """`array` on `device`. To CUDA through pinned memory without waiting: a pageable copy would also wait for
     every kernel queued before it, which stalls the overlapped loop behind the step in flight. (The caching
     host allocator keeps the pinned block until the copy has read it.)"""
+    host = torch.from_numpy(array)
     if device.type != "cuda":
-        return torch.from_numpy(array)
-    pinned = torch.empty(array.shape, dtype=_TORCH_DTYPES[array.dtype.type], pin_memory=True)
-    pinned.numpy()[...] = array
-    return pinned.to(device, non_blocking=True)
-
-
-_TORCH_DTYPES = {np.int64: torch.int64, np.int32: torch.int32, np.float32: torch.float32, np.bool_: torch.bool}
+        return host
+    return host.pin_memory().to(device, non_blocking=True)
 
 
 def assemble_forward_batch(ids: np.ndarray, prefix_lens: np.ndarray, extend_lens: np.ndarray,
