@@ -7,8 +7,9 @@
     matcher.advance(token_id); matcher.forced_suffix(); matcher.rollback(1)
 
 Pipeline: front ends (regex.py, ebnf.py, lark_frontend.py, json_schema*.py -> EBNF) -> ir.py -> pda.py (a
-byte-level pushdown automaton, big terminals shared) -> automaton.py (lazily determinized configurations) ->
-masks.py / token_walk.py (trie walks, cached per state) -> matcher.py (per request). The package depends on
+byte-level pushdown automaton, big terminals shared, bounded repetitions fused: counted.py) -> automaton.py
+(lazily determinized configurations) -> masks.py / token_walk.py (trie walks, cached per state) -> matcher.py
+(per request). The package depends on
 numpy, interegular and lark only (never on radixgen.runtime).
 """
 

@@ -65,7 +65,7 @@ class DfaAutomaton:
 
     def row_list(self, state: int) -> list[int]:
         """The table row of `state` as a Python list."""
-        return _dfa_row_list(self._dfa, state)
+        return dfa_row_list(self._dfa, state)
 
     def accepting(self, state: int) -> bool:
         return bool(self._dfa.accepting[state])
@@ -100,10 +100,19 @@ class DfaEscapes:
         return _dfa_live_pairs(self._dfa, state)
 
     def row_list(self, state: int) -> list[int]:
-        return _dfa_row_list(self._dfa, state)
+        return dfa_row_list(self._dfa, state)
 
 
-def _dfa_row_list(dfa: ByteDFA, state: int) -> list[int]:
+def dfa_accepting_list(dfa: ByteDFA) -> list[bool]:
+    """`dfa.accepting` as a Python list (for per-byte loops; built once per DFA)."""
+    found = dfa.__dict__.get("_accepting_list")
+    if found is None:
+        found = dfa.__dict__["_accepting_list"] = dfa.accepting.tolist()
+    return found
+
+
+def dfa_row_list(dfa: ByteDFA, state: int) -> list[int]:
+    """Row `state` of `dfa.trans` as a Python list (cached on the DFA)."""
     cache = dfa.__dict__.setdefault("_row_lists", {})
     found = cache.get(state)
     if found is None:
@@ -212,20 +221,22 @@ class PdaAutomaton:
 
         Walks from a grammar position start from these states and mostly stay in them (bytes read inside
         one rule: property names, literals), so filling them with one gather instead of one row at a time
-        makes those walks cheaper. A target that calls a rule or may end its rule gets its closure as usual."""
+        makes those walks cheaper. A target that calls a rule or may end its rule gets its closure as usual.
+        States inside shared terminals are left out: walks from them are terminal walks (terminal_walks.py)."""
         pda = self._pda
         with self._lock:
             ids = np.full(pda.num_states, DEAD, dtype=np.int64)
-            for g in np.flatnonzero(pda.has_bytes).tolist():
+            rule_state = pda.terminal_of < 0 if pda.terminal_of is not None else np.ones_like(pda.has_bytes)
+            tops = np.flatnonzero(pda.has_bytes & rule_state)
+            for g in tops.tolist():
                 found = self._intern(frozenset({(MARK, g)}), False)
                 assert found is not None
                 ids[g] = found
             target_state = ids.copy()
-            closing = np.flatnonzero(pda.accept | np.fromiter((bool(c) for c in pda.calls), dtype=bool,
-                                                                count=pda.num_states))
+            closing = np.flatnonzero(rule_state & (pda.accept | np.fromiter((bool(c) for c in pda.calls),
+                                                                             dtype=bool, count=pda.num_states)))
             for t in closing.tolist():
                 target_state[t] = self._intern_or_dead(self._close_one((MARK, t)))
-            tops = np.flatnonzero(pda.has_bytes)
             fresh = tops[self._table[ids[tops], 0] == UNKNOWN]
             trans = pda.trans[fresh]
             self._table[ids[fresh]] = np.where(trans >= 0, target_state[np.maximum(trans, 0)], DEAD)

@@ -18,7 +18,16 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from radixgen.grammars.automaton import DEAD, MARK, ByteAutomaton, DfaAutomaton, PdaAutomaton
+from radixgen.grammars.automaton import (
+    DEAD,
+    MARK,
+    ByteAutomaton,
+    DfaAutomaton,
+    PdaAutomaton,
+    dfa_accepting_list,
+    dfa_row_list,
+)
+from radixgen.grammars.bytedfa import ByteDFA
 from radixgen.grammars.lookahead import lookahead_representatives
 from radixgen.grammars.terminal_walks import TerminalHandoff, sorted_unique, terminal_walk
 from radixgen.grammars.token_walk import WalkResult, nodes_to_mask, walk_mask, walk_trie
@@ -36,6 +45,52 @@ class _FrameWalk:
 def _frozen(array: np.ndarray) -> np.ndarray:
     array.flags.writeable = False
     return array
+
+
+_READABLE = -3  # `_fix_long_tokens`: a token found readable without computing the state after it
+
+
+def _terminal_verdict(dfa: ByteDFA, q: int, data: bytes) -> bool | None:
+    """Whether `data` can be read from a configuration that is one stack inside a shared terminal at its
+    DFA state `q`, decided by the terminal's table alone where it can be: True when the terminal reads all of
+    it (the stack stays alive), False when it dies without passing an accepting state (so nothing else
+    could have read on); None when it may have left the terminal on the way (the grammar decides)."""
+    accepting = dfa_accepting_list(dfa)
+    may_exit = accepting[q]
+    for b in data:
+        q = dfa_row_list(dfa, q)[b]
+        if q < 0:
+            return None if may_exit else False
+        may_exit = may_exit or accepting[q]
+    return True
+
+
+def _terminal_tops(automaton: PdaAutomaton, state: int) -> list[tuple[ByteDFA, int] | None]:
+    """Per stack of the configuration: (terminal DFA, its state) when its top is inside a shared terminal."""
+    pda = automaton.pda
+    out: list[tuple[ByteDFA, int] | None] = []
+    for stack in automaton.stacks(state):
+        term = int(pda.terminal_of[stack[-1]]) if pda.terminal_of is not None else -1
+        if term < 0:
+            out.append(None)
+        else:
+            offset, dfa = pda.terminals[term]
+            out.append((dfa, stack[-1] - offset))
+    return out
+
+
+def _stacks_verdict(tops: list[tuple[ByteDFA, int] | None], data: bytes) -> bool | None:
+    """`_terminal_verdict` for a configuration (a union of stacks): True when some stack reads `data` inside
+    its terminal, False when every stack is inside a terminal that refuses it, else None."""
+    if not tops:
+        return None
+    verdicts = []
+    for top in tops:
+        verdict = None if top is None else _terminal_verdict(top[0], top[1], data)
+        if verdict:
+            return True
+        verdicts.append(verdict)
+    return False if all(v is False for v in verdicts) else None
 
 
 PRECOMPUTE_REGEX_BYTES = 16  # regex states with at most this many live bytes are walked at compile time
@@ -129,22 +184,26 @@ class MaskCache:
     def _fix_long_tokens(self, automaton: PdaAutomaton, state: int, shared: np.ndarray) -> np.ndarray:
         """`shared` (exact for tokens of at most the split length) with the bits of the few longer tokens
         (`Vocabulary.long_tokens`) made exact: refused where `shared` refuses their witness prefix, else
-        stepped from `state` (from the state after a long token that is their prefix, when there is one)."""
+        decided inside the shared terminal the configuration is in (`_terminal_verdict`), else stepped from
+        `state` (from the state after a long token that is their prefix, when there is one)."""
         vocab = self.vocab
         _, entries, bits = vocab.long_tokens
         out = shared & ~bits
+        tops = _terminal_tops(automaton, state)
         reached: list[int] = []
         for (tid, data, prefix), witness in zip(entries, vocab.long_token_witnesses):
             if witness is not None and not (int(shared[witness >> 5]) >> (witness & 31)) & 1:
                 current = DEAD
-            elif prefix < 0:
+            elif (verdict := _stacks_verdict(tops, data)) is not None:
+                current = _READABLE if verdict else DEAD
+            elif prefix < 0 or reached[prefix] == _READABLE:
                 current = automaton.read(state, data)
             else:
                 current = reached[prefix]
                 if current >= 0:
                     current = automaton.read(current, data[len(entries[prefix][1]):])
             reached.append(current)
-            if current >= 0:
+            if current >= 0 or current == _READABLE:
                 out[tid >> 5] |= np.int32(np.uint32(1 << (tid & 31)).view(np.int32))
         return out
 

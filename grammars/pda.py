@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 from radixgen.grammars.bytedfa import ByteDFA
 from radixgen.grammars.columns import group_bytes
+from radixgen.grammars.counted import fuse_bounded_repeats
 from radixgen.grammars.errors import GrammarError
 from radixgen.grammars.ir import Alt, Expr, GrammarIR, Graph, Repeat, RuleRef, Seq, Terminal
 
@@ -191,7 +192,8 @@ INLINE_STATES = 8  # terminals with more DFA states become shared sub-automata i
 
 def _share_big_terminals(ir: GrammarIR) -> tuple[dict[str, Expr], dict[str, ByteDFA]]:
     """Replace every large terminal by a call of one synthetic rule per distinct DFA: the rule automata
-    stay small (no DFA copied at each use, no subset construction over its states)."""
+    stay small (no DFA copied at each use, no subset construction over its states). Bounded repetitions of
+    one-item terminals and their closing terminal are fused into one terminal first (counted.py)."""
     shared: dict[int, tuple[str, ByteDFA]] = {}
 
     def visit(expr: Expr) -> Expr:
@@ -212,7 +214,7 @@ def _share_big_terminals(ir: GrammarIR) -> tuple[dict[str, Expr], dict[str, Byte
             return Graph(tuple((a, visit(e), b) for a, e, b in expr.edges), expr.end)
         return expr
 
-    rules = {name: visit(body) for name, body in ir.rules.items()}
+    rules = {name: visit(fuse_bounded_repeats(body, ir.rules)) for name, body in ir.rules.items()}
     return rules, {name: dfa for name, dfa in shared.values()}
 
 
@@ -226,40 +228,46 @@ def build_pda(ir: GrammarIR) -> PdaTables:
         entry, final = nfa.new(), nfa.new()
         nfa.build(body, entry, final)
         rule_dfas[name] = _determinize(nfa, final)
-    for name, dfa in terminal_rules.items():
-        rule_dfas[name] = _RuleDfa(list(dfa.trans), [[] for _ in range(dfa.num_states)],
-                                   [bool(a) for a in dfa.accepting])
     offsets: dict[str, int] = {}
     total = 0
     for name in names:
         offsets[name] = total
-        total += len(rule_dfas[name].rows)
+        total += len(rule_dfas[name].rows) if name in rule_dfas else terminal_rules[name].num_states
+    rule_rows = sum(len(rd.rows) for rd in rule_dfas.values())  # rule states first, then terminals
     trans = np.full((total, 256), DEAD, dtype=np.int32)
     accept = np.zeros(total, dtype=bool)
     calls: list[tuple[tuple[int, int], ...]] = []
-    for name in names:
+    for name in names[:len(rule_dfas)]:
         rd, off = rule_dfas[name], offsets[name]
         for local, row in enumerate(rd.rows):
             trans[off + local] = np.where(row >= 0, row + off, DEAD)
             accept[off + local] = rd.accept[local]
             calls.append(tuple((offsets[callee], ret + off) for callee, ret in rd.calls[local]))
+    for name in names[len(rule_dfas):]:  # a terminal's table is copied as one block; it calls nothing
+        dfa, off = terminal_rules[name], offsets[name]
+        trans[off:off + dfa.num_states] = np.where(dfa.trans >= 0, dfa.trans + off, DEAD)
+        accept[off:off + dfa.num_states] = dfa.accepting
+        calls.extend(() for _ in range(dfa.num_states))
 
-    # Prune states that cannot complete their rule (all rules reachable this way are productive).
+    # Prune rule states that cannot complete their rule (all rules reachable this way are productive).
+    # Terminal states always can (a `ByteDFA` invariant), and rule states only read bytes into rule states.
     call_src = np.array([g for g, edges in enumerate(calls) for _ in edges], dtype=np.int64)
     call_callee = np.array([c for edges in calls for c, _ in edges], dtype=np.int64)
     call_ret = np.array([r for edges in calls for _, r in edges], dtype=np.int64)
-    has_edge = trans >= 0
-    safe = np.where(has_edge, trans, 0)
+    has_edge = trans[:rule_rows] >= 0
+    safe = np.where(has_edge, trans[:rule_rows], 0)
     completable = accept.copy()
+    completable[rule_rows:] = True
     while True:
-        step = completable | (has_edge & completable[safe]).any(axis=1)
+        step = completable.copy()
+        step[:rule_rows] |= (has_edge & completable[safe]).any(axis=1)
         if call_src.size:
             through_call = completable[call_callee] & completable[call_ret]
             step[call_src[through_call]] = True
         if (step == completable).all():
             break
         completable = step
-    trans = np.where(has_edge & completable[safe], trans, DEAD).astype(np.int32)
+    trans[:rule_rows] = np.where(has_edge & completable[safe], trans[:rule_rows], DEAD)
     pruned_calls = tuple(
         tuple((callee, ret) for callee, ret in edges if completable[callee] and completable[ret])
         for edges in calls)

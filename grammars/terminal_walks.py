@@ -4,13 +4,15 @@ the hand-off from a grammar's walk into them.
 Large terminals are compiled once as shared sub-automata (pda.py), so the same `ByteDFA` object appears in
 every grammar that uses it. Walking the vocabulary trie inside one is the expensive part of a mask (a string
 accepts most of the vocabulary), and its result does not depend on the grammar around it: it is cached on
-the vocabulary, keyed by (DFA, DFA state, start nodes), and reused by every grammar and every position.
+the vocabulary, keyed by (DFA, DFA state, start nodes), and reused by every grammar and every position (an
+LRU bounded by bytes, `Vocabulary.terminal_walks`).
 `TerminalHandoff` is what a grammar's trie walk calls where it enters such a terminal: the cached walk, then
 the grammar's own walk again from the nodes where the terminal may end.
 """
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,17 +52,19 @@ def terminal_walk(vocab: Vocabulary, dfa: ByteDFA, q: int, nodes: np.ndarray) ->
     context by a few nodes (a key's first character excludes different names' first characters), so the last
     large set walked is kept as a base (see `_Base`): a set near it costs the walks of the nodes that differ
     (cached per node), not one walk below all of them (thousands of nodes with a large vocabulary)."""
-    # Keys of one DFA's cache: (q, node set bytes) -> TerminalWalk; (q, node) -> WalkResult; (q, "base").
-    per_dfa = vocab.terminal_walks.setdefault(dfa, {})
-    key = (q, nodes.tobytes())
-    found = per_dfa.get(key)
+    # Keys of the vocabulary's cache (an LRU by bytes, lru.py): (DFA, q, node set bytes) -> TerminalWalk;
+    # (DFA, q, node) -> WalkResult; (DFA, q, "base") -> _Base.
+    # The DFA is keyed by a weak reference, so that cached walks do not keep a dropped terminal alive.
+    cache = vocab.terminal_walks
+    key = (weakref.ref(dfa), q, nodes.tobytes())
+    found = cache.get(key)
     if found is not None:
         return found
-    base = per_dfa.get((q, "base"))
+    base = cache.get((key[0], q, "base"))
     if base is not None and _near(base.nodes, nodes):
         kept = np.isin(base.nodes, nodes, assume_unique=True)
-        added = _node_walks(vocab, per_dfa, dfa, q, np.setdiff1d(nodes, base.nodes, assume_unique=True))
-        removed = _node_walks(vocab, per_dfa, dfa, q, base.nodes[~kept])
+        added = _node_walks(vocab, dfa, q, np.setdiff1d(nodes, base.nodes, assume_unique=True))
+        removed = _node_walks(vocab, dfa, q, base.nodes[~kept])
         packed = base.walk.packed & ~_alive_mask(vocab, removed)
         packed |= _alive_mask(vocab, added)
         exits = kept[base.exit_owner]
@@ -74,9 +78,15 @@ def terminal_walk(vocab: Vocabulary, dfa: ByteDFA, q: int, nodes: np.ndarray) ->
         if nodes.shape[0] >= BASE_MIN_NODES:
             owner = _owners(vocab, nodes, walk.escape_nodes)
             if owner is not None:
-                per_dfa[(q, "base")] = _Base(nodes, found, owner)
+                cache.put((key[0], q, "base"), _Base(nodes, found, owner), nodes.nbytes + owner.nbytes
+                          + _nbytes(found), replace=True)
     found.packed.flags.writeable = False
-    return per_dfa.setdefault(key, found)
+    return cache.put(key, found, len(key[2]) + _nbytes(found))
+
+
+def _nbytes(walk: TerminalWalk | WalkResult) -> int:
+    """The bytes of a cached walk's arrays (its share of the cache budget)."""
+    return sum(a.nbytes for a in vars(walk).values() if isinstance(a, np.ndarray))
 
 
 def sorted_unique(nodes: np.ndarray) -> np.ndarray:
@@ -122,14 +132,16 @@ def _owners(vocab: Vocabulary, nodes: np.ndarray, below: np.ndarray) -> np.ndarr
     return owner
 
 
-def _node_walks(vocab: Vocabulary, per_dfa: dict, dfa: ByteDFA, q: int,  # type: ignore[type-arg]
-                nodes: np.ndarray) -> list[WalkResult]:
-    """The walk below each of `nodes` alone, cached per (state, node)."""
+def _node_walks(vocab: Vocabulary, dfa: ByteDFA, q: int, nodes: np.ndarray) -> list[WalkResult]:
+    """The walk below each of `nodes` alone, cached per (DFA, state, node)."""
+    cache = vocab.terminal_walks
+    ref = weakref.ref(dfa)
     out = []
     for node in nodes.tolist():
-        found = per_dfa.get((q, node))
+        found = cache.get((ref, q, node))
         if found is None:
-            found = per_dfa.setdefault((q, node), walk_trie(DfaEscapes(dfa), q, vocab.trie, node, escapes=True))
+            walk = walk_trie(DfaEscapes(dfa), q, vocab.trie, node, escapes=True)
+            found = cache.put((ref, q, node), walk, _nbytes(walk))
         out.append(found)
     return out
 

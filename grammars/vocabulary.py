@@ -10,10 +10,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
-from weakref import WeakKeyDictionary
 
 import numpy as np
+from radixgen.grammars.lru import ByteLru
 
+WALK_CACHE_BYTES = 1 << 30  # default budget of the per-vocabulary terminal walk cache (lru.py); the
+# 400 sample schemas of benchmarks/grammar_bench.py fill about 570 MiB with Qwen3, 160 MiB with GPT-2
 LONG_TOKENS = 16  # at most this many longest tokens are checked one by one where masks are shared (masks.py)
 
 
@@ -138,14 +140,14 @@ class Vocabulary:
     """
 
     def __init__(self, token_bytes: Sequence[bytes], eos_token_ids: Iterable[int],
-                 special_ids: Iterable[int] = ()) -> None:
+                 special_ids: Iterable[int] = (), *, walk_cache_bytes: int = WALK_CACHE_BYTES) -> None:
         self.token_bytes: tuple[bytes, ...] = tuple(bytes(t) for t in token_bytes)
         self.eos_token_ids: tuple[int, ...] = tuple(sorted({int(e) for e in eos_token_ids}))
         specials = frozenset(int(s) for s in special_ids)
         self.special_ids: frozenset[int] = specials | frozenset(self.eos_token_ids)
-        # Trie walks over shared terminal DFAs, reused by every grammar compiled against this vocabulary:
-        # {dfa: {(dfa state, start nodes): walk}} (see terminal_walks.py); weak so unused DFAs can go.
-        self.terminal_walks: WeakKeyDictionary[Any, dict[Any, Any]] = WeakKeyDictionary()
+        # Trie walks over shared terminal DFAs, reused by every grammar compiled against this vocabulary
+        # (terminal_walks.py), least recently used ones evicted beyond `walk_cache_bytes`.
+        self.terminal_walks: ByteLru[Any] = ByteLru(walk_cache_bytes)
         for tid in self.special_ids:
             if not 0 <= tid < len(self.token_bytes):
                 raise ValueError(f"special/eos token id {tid} outside the vocabulary of {self.size}")

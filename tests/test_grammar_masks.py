@@ -18,6 +18,7 @@ from grammar_vocabs import VOCABS
 from radixgen.grammars import Grammar, Vocabulary, clear_cache, compile_grammar, load_builtin_grammar
 from radixgen.grammars.automaton import PdaAutomaton
 from radixgen.grammars.json_schema import compile_json_schema
+from radixgen.grammars.lru import ByteLru
 from radixgen.grammars.token_walk import nodes_to_mask, walk_trie
 
 ITEM = {"type": "object", "properties": {"id": {"type": "integer", "minimum": 0, "maximum": 999},
@@ -26,7 +27,7 @@ ITEM = {"type": "object", "properties": {"id": {"type": "integer", "minimum": 0,
 SCHEMA = {
     "type": "object",
     "properties": {
-        "name": {"type": "string", "minLength": 1, "maxLength": 50},  # a counted repetition of characters
+        "name": {"type": "string", "minLength": 1, "maxLength": 50},  # one fused terminal (counted.py)
         "kind": {"enum": ["alpha", "beta", "gamma"]},
         "items": {"type": "array", "items": ITEM, "maxItems": 4},
         "nested": {"$ref": "#/$defs/node"},
@@ -45,6 +46,27 @@ INSTANCES = [
     {"name": "x" * 50, "items": [], "either": None},
     {"name": "ÃÂ" * 20 + "-" * 10, "nested": {}},
 ]
+BOUNDED = {  # strings with bounds (fused into one terminal up to 256 characters, counted rules beyond) and keys
+    "type": "object",
+    "properties": {
+        "a": {"type": "string", "maxLength": 17},
+        "b": {"type": "string", "minLength": 3, "maxLength": 40},
+        "c": {"type": "string", "minLength": 20, "maxLength": 24},
+        "d": {"type": "array", "items": {"type": "string", "minLength": 1, "maxLength": 256}},
+        "e": {"type": "string", "maxLength": 300},
+        "f": {"type": "object", "additionalProperties": {"type": "string", "maxLength": 20}},
+    },
+    "additionalProperties": {"type": "integer"},  # free-form keys other than a..f
+}
+BOUNDED_INSTANCES = [
+    {"a": "x" * 17, "b": "abc", "c": "é" * 20, "d": ["a", "\\n\"" * 30, "🎉" * 256], "e": "y" * 300,
+     "f": {"": "", "key with spaces": "v" * 20, "é": "\u0001"}, "g": 1, "aa": 2, "\"": 3},
+    {"b": "Ã" * 40, "c": "c" * 24, "d": [], "f": {}},
+]
+EBNF_BOUNDED = r'''
+root ::= item ( "," item )*
+item ::= "\"" [a-zé]{2,30} "\"" | "'" [^'\\]{0,12} "'" | [0-9]{1,3} ";"
+'''
 EBNF = r'''
 root ::= expr
 expr ::= term (("+" | "-") term)*
@@ -55,11 +77,15 @@ GRAMMARS = {
     "json-schema": lambda vocab: compile_json_schema(SCHEMA, vocab),
     "lark-json": lambda vocab: compile_grammar(load_builtin_grammar("json"), vocab),
     "ebnf-arithmetic": lambda vocab: compile_grammar(EBNF, vocab, syntax="ebnf"),
+    "json-schema-bounded": lambda vocab: compile_json_schema(BOUNDED, vocab),
+    "ebnf-bounded": lambda vocab: compile_grammar(EBNF_BOUNDED, vocab, syntax="ebnf"),
 }
 TEXTS = {
     "json-schema": [json.dumps(x, ensure_ascii=False) for x in INSTANCES],
     "lark-json": ['{"a": [1, 2.5, {"b": [[[]]], "c": null}], "d": "e\\"f", "g": {"h": {"i": {"j": true}}}}'],
     "ebnf-arithmetic": ["((1+2)*(3-(4/5)))-(((6)))", "-(7*-8)+9"],
+    "json-schema-bounded": [json.dumps(x, ensure_ascii=False) for x in BOUNDED_INSTANCES],
+    "ebnf-bounded": ['"ab",\'hello world!\',7;,"éééééééééééééééééééééééééééééé",\'\',"zz",123;'],
 }
 
 
@@ -151,3 +177,21 @@ def test_long_tokens_inside_counted_repetitions() -> None:
         check_along(grammar, vocab, [index[bytes([b])] for b in text])
     for seed in range(4):
         check_along(grammar, vocab, random_tokens(grammar, seed, 40))
+
+
+def test_masks_equal_plain_walk_with_evicting_walk_cache() -> None:
+    """A walk cache far too small for the walks (each evicts others): same rows, walked again when evicted."""
+    vocab, encode = VOCABS["gpt2"]()
+    saved = vocab.terminal_walks
+    vocab.terminal_walks = ByteLru(64 << 10)
+    try:
+        clear_cache()
+        for name in ("json-schema", "json-schema-bounded"):
+            grammar = GRAMMARS[name](vocab)
+            for text in TEXTS[name]:
+                check_along(grammar, vocab, encode(text))
+        assert vocab.terminal_walks.evictions > 0
+        assert vocab.terminal_walks.nbytes <= 64 << 10 or len(vocab.terminal_walks) == 1
+    finally:
+        vocab.terminal_walks = saved
+        clear_cache()
