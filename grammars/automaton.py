@@ -395,6 +395,20 @@ class PdaAutomaton:
                 return DEAD
         return state
 
+    def read_run(self, state: int, head: bytes, unit: bytes, count: int) -> int:
+        """`read` of head + unit * count that stops at a unit leaving the state unchanged: the automaton is
+        deterministic, so every remaining unit would leave it unchanged too (a JSON string reading '-' * 64
+        stays in one state after the first '-')."""
+        state = self.read(state, head)
+        for _ in range(count):
+            if state < 0:
+                return DEAD
+            after = self.read(state, unit)
+            if after == state:
+                return state
+            state = after
+        return state
+
     def row_known(self, state: int) -> bool:
         return bool(self._table[state, 0] != UNKNOWN)
 

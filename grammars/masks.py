@@ -29,9 +29,10 @@ from radixgen.grammars.automaton import (
 )
 from radixgen.grammars.bytedfa import ByteDFA
 from radixgen.grammars.lookahead import lookahead_representatives
+from radixgen.grammars.pda import called_states
 from radixgen.grammars.terminal_walks import TerminalHandoff, sorted_unique, terminal_walk
 from radixgen.grammars.token_walk import WalkResult, nodes_to_mask, walk_mask, walk_trie
-from radixgen.grammars.vocabulary import Vocabulary
+from radixgen.grammars.vocabulary import Run, Vocabulary
 
 
 @dataclass(frozen=True)
@@ -50,19 +51,25 @@ def _frozen(array: np.ndarray) -> np.ndarray:
 _READABLE = -3  # `_fix_long_tokens`: a token found readable without computing the state after it
 
 
-def _terminal_verdict(dfa: ByteDFA, q: int, data: bytes) -> bool | None:
-    """Whether `data` can be read from a configuration that is one stack inside a shared terminal at its
-    DFA state `q`, decided by the terminal's table alone where it can be: True when the terminal reads all of
-    it (the stack stays alive), False when it dies without passing an accepting state (so nothing else
-    could have read on); None when it may have left the terminal on the way (the grammar decides)."""
+def _terminal_verdict(dfa: ByteDFA, q: int, run: Run) -> bool | None:
+    """Whether the bytes of `run` can be read from a configuration that is one stack inside a shared
+    terminal at its DFA state `q`, decided by the terminal's table alone where it can be: True when the
+    terminal reads all of it (the stack stays alive), False when it dies without passing an accepting state
+    (so nothing else could have read on); None when it may have left the terminal on the way (the grammar
+    decides). A unit that brings the DFA back to where it began is read the same way by every later unit."""
     accepting = dfa_accepting_list(dfa)
     may_exit = accepting[q]
-    for b in data:
-        q = dfa_row_list(dfa, q)[b]
-        if q < 0:
-            return None if may_exit else False
-        may_exit = may_exit or accepting[q]
-    return True
+    head, unit, count = run
+    part, begin = head, -1  # the head first (never a fixed point), then the units
+    while True:
+        for b in part:
+            q = dfa_row_list(dfa, q)[b]
+            if q < 0:
+                return None if may_exit else False
+            may_exit = may_exit or accepting[q]
+        if count == 0 or q == begin:
+            return True
+        part, begin, count = unit, q, count - 1
 
 
 def _terminal_tops(automaton: PdaAutomaton, state: int) -> list[tuple[ByteDFA, int] | None]:
@@ -79,14 +86,14 @@ def _terminal_tops(automaton: PdaAutomaton, state: int) -> list[tuple[ByteDFA, i
     return out
 
 
-def _stacks_verdict(tops: list[tuple[ByteDFA, int] | None], data: bytes) -> bool | None:
-    """`_terminal_verdict` for a configuration (a union of stacks): True when some stack reads `data` inside
+def _stacks_verdict(tops: list[tuple[ByteDFA, int] | None], run: Run) -> bool | None:
+    """`_terminal_verdict` for a configuration (a union of stacks): True when some stack reads `run` inside
     its terminal, False when every stack is inside a terminal that refuses it, else None."""
     if not tops:
         return None
     verdicts = []
     for top in tops:
-        verdict = None if top is None else _terminal_verdict(top[0], top[1], data)
+        verdict = None if top is None else _terminal_verdict(top[0], top[1], run)
         if verdict:
             return True
         verdicts.append(verdict)
@@ -119,9 +126,11 @@ class MaskCache:
         now, at compile time, so the first mask at a position costs only the frames below it.
 
         Within a time budget, so a huge grammar compiles in bounded time and leaves its remaining positions
-        for first use (the results are the same either way, only cached earlier). Rule states go first,
-        narrowest first; then states inside shared terminals, whose walks are cached per vocabulary (free
-        when another grammar already used the terminal). Wide regex states are left for first use."""
+        for first use (the results are the same either way, only cached earlier). Only states of called
+        rules (`called_states`: the start rule's states only ever sit in root frames, walked whole). Rule
+        states go first, narrowest first; then states inside shared terminals, whose walks are cached per
+        vocabulary (free when another grammar already used the terminal). Wide regex states are left for
+        first use."""
         automaton = self.automaton
         if isinstance(automaton, DfaAutomaton):
             # A regex: narrow states' masks are cheap to walk now; wide ones are walked on first use.
@@ -139,7 +148,7 @@ class MaskCache:
         representatives = np.asarray(self._lookahead(automaton))
         live_bytes = (pda.trans >= 0).sum(axis=1)
         in_terminal = pda.terminal_of >= 0 if pda.terminal_of is not None else np.zeros_like(pda.has_bytes)
-        candidates = np.flatnonzero(pda.has_bytes & (representatives == np.arange(pda.num_states)))
+        candidates = np.unique(representatives[pda.has_bytes & called_states(pda)])  # of possible top frames
         deadline = time.thread_time() + PRECOMPUTE_BUDGET_S
         for g in candidates[np.lexsort((live_bytes[candidates], in_terminal[candidates]))].tolist():
             if time.thread_time() > deadline:
@@ -185,23 +194,25 @@ class MaskCache:
         """`shared` (exact for tokens of at most the split length) with the bits of the few longer tokens
         (`Vocabulary.long_tokens`) made exact: refused where `shared` refuses their witness prefix, else
         decided inside the shared terminal the configuration is in (`_terminal_verdict`), else stepped from
-        `state` (from the state after a long token that is their prefix, when there is one)."""
+        `state` (from the state after a long token that is their prefix, when there is one). Both read a
+        token as a run of a repeated unit (`Vocabulary.long_token_runs`), stopping at a fixed point."""
         vocab = self.vocab
         _, entries, bits = vocab.long_tokens
         out = shared & ~bits
         tops = _terminal_tops(automaton, state)
         reached: list[int] = []
-        for (tid, data, prefix), witness in zip(entries, vocab.long_token_witnesses):
+        for (tid, _, prefix), witness, (whole, rest) in zip(entries, vocab.long_token_witnesses,
+                                                            vocab.long_token_runs):
             if witness is not None and not (int(shared[witness >> 5]) >> (witness & 31)) & 1:
                 current = DEAD
-            elif (verdict := _stacks_verdict(tops, data)) is not None:
+            elif (verdict := _stacks_verdict(tops, whole)) is not None:
                 current = _READABLE if verdict else DEAD
-            elif prefix < 0 or reached[prefix] == _READABLE:
-                current = automaton.read(state, data)
+            elif rest is None or reached[prefix] == _READABLE:
+                current = automaton.read_run(state, *whole)
             else:
                 current = reached[prefix]
                 if current >= 0:
-                    current = automaton.read(current, data[len(entries[prefix][1]):])
+                    current = automaton.read_run(current, *rest)
             reached.append(current)
             if current >= 0 or current == _READABLE:
                 out[tid >> 5] |= np.int32(np.uint32(1 << (tid & 31)).view(np.int32))

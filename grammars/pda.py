@@ -41,6 +41,7 @@ class PdaTables:
     # Shared terminal sub-automata (see `_share_big_terminals`): state g of one is state g - offset of `dfa`.
     terminals: tuple[tuple[int, ByteDFA], ...] = ()
     terminal_of: np.ndarray | None = None  # int32[G]: index into `terminals`, -1 for ordinary rule states
+    rule_start: np.ndarray | None = None  # int32[G]: start state of the rule (or shared terminal) of each state
 
     @property
     def num_states(self) -> int:
@@ -275,6 +276,16 @@ def build_pda(ir: GrammarIR) -> PdaTables:
     terminal_of = np.full(total, -1, dtype=np.int32)
     for i, (offset, dfa) in enumerate(terminal_list):
         terminal_of[offset:offset + dfa.num_states] = i
+    rule_start = np.repeat(np.array([offsets[name] for name in names], dtype=np.int32),
+                           np.diff([offsets[name] for name in names] + [total]))
     return PdaTables(trans=np.ascontiguousarray(trans), accept=accept, calls=pruned_calls,
                      has_bytes=(trans >= 0).any(axis=1), start=offsets[ir.start], rule_names=tuple(names),
-                     terminals=terminal_list, terminal_of=terminal_of)
+                     terminals=terminal_list, terminal_of=terminal_of, rule_start=rule_start)
+
+
+def called_states(pda: PdaTables) -> np.ndarray:
+    """bool per state: its rule is called by some rule, so the state can be the top frame of a stack deeper
+    than its root (the states of a rule nobody calls, like the start rule's, only ever sit in root frames)."""
+    if pda.rule_start is None:
+        return np.ones(pda.num_states, dtype=bool)
+    return np.isin(pda.rule_start, [callee for calls in pda.calls for callee, _ in calls])

@@ -131,6 +131,20 @@ class TokenTrie:
         return TokenTrie(node_byte, parent, child_start, child_count, level_start, token_node)
 
 
+Run = tuple[bytes, bytes, int]  # (head, unit, count): the bytes head + unit * count
+
+
+def as_run(data: bytes, max_unit: int = 8) -> Run:
+    """`data` as head + unit * count with the shortest head, then the shortest unit (of at most `max_unit`
+    bytes) repeated at least twice; (data, b"", 0) when there is none."""
+    for start in range(len(data)):
+        rest = data[start:]
+        for size in range(1, min(max_unit, len(rest) // 2) + 1):
+            if len(rest) % size == 0 and rest == rest[:size] * (len(rest) // size):
+                return data[:start], rest[:size], len(rest) // size
+    return data, b"", 0
+
+
 class Vocabulary:
     """The byte string of every token id, plus which ids are EOS and which are special.
 
@@ -195,6 +209,15 @@ class Vocabulary:
                          key=lambda k: len(entries[k][1]), default=-1)
             entries.append((tid, data, prefix))
         return split, tuple(entries), pack_bitmask(allowed)
+
+    @cached_property
+    def long_token_runs(self) -> tuple[tuple[Run, Run | None], ...]:
+        """Per long token (in `long_tokens` order), its bytes as a `Run`, and the bytes after its prefix long
+        token (None without one): most long tokens repeat a short unit ('-' * 64), and an automaton that
+        returns to the same state after a unit need not read the remaining units (masks.py)."""
+        _, entries, _ = self.long_tokens
+        return tuple((as_run(data), None if prefix < 0 else as_run(data[len(entries[prefix][1]):]))
+                     for _, data, prefix in entries)
 
     @cached_property
     def long_token_paths(self) -> np.ndarray:

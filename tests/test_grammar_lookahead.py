@@ -8,6 +8,7 @@ import numpy as np
 from radixgen.grammars import Vocabulary, compile_grammar
 from radixgen.grammars.json_schema import compile_json_schema
 from radixgen.grammars.lookahead import lookahead_representatives
+from radixgen.grammars.vocabulary import as_run
 
 # Single bytes, runs of 'a' of every length up to 24 (the 16 longest are longer than 9 bytes, so positions
 # more than 9 characters from the end of a maxLength share masks and the tokens past 9 bytes are stepped), and
@@ -40,6 +41,24 @@ def test_split_leaves_at_most_sixteen_long_tokens() -> None:
     for tid, data, prefix in long_tokens:
         assert prefix < 0 or data.startswith(long_tokens[prefix][1])
     assert int(np.unpackbits(bits.view(np.uint8)).sum()) == 16
+
+
+def test_long_tokens_as_runs_read_like_their_bytes() -> None:
+    assert as_run(b" " + b"-" * 32) == (b" ", b"-", 32)
+    assert as_run("é".encode() * 5) == (b"", "é".encode(), 5)
+    assert as_run(b"abababc") == (b"abababc", b"", 0)
+    assert all(head + unit * count == data for ((head, unit, count), _), (_, data, _)
+               in zip(VOCAB.long_token_runs, VOCAB.long_tokens[1]))
+    # A run stops early at a unit that leaves the state unchanged (an unbounded string), never elsewhere.
+    grammar = compile_json_schema({"type": "array", "items": {"type": "string", "maxLength": 15}}, VOCAB)
+    automaton = grammar.automaton
+    for prefix in (b'["', b'["aaaa', b'["aa", "a'):
+        state = automaton.step(automaton.initial, prefix)
+        for (run, _), (_, data, _) in zip(VOCAB.long_token_runs, VOCAB.long_tokens[1]):
+            assert automaton.read_run(state, *run) == automaton.step(state, data), (prefix, data)
+    unbounded = compile_json_schema({"type": "string"}, VOCAB).automaton
+    inside = unbounded.step(unbounded.initial, b'"')
+    assert unbounded.read_run(inside, b"", b"a", 24) == unbounded.step(inside, b"a" * 24) >= 0
 
 
 def test_bounded_string_positions_share_and_stay_exact() -> None:

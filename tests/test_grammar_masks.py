@@ -19,6 +19,7 @@ from radixgen.grammars import Grammar, Vocabulary, clear_cache, compile_grammar,
 from radixgen.grammars.automaton import PdaAutomaton
 from radixgen.grammars.json_schema import compile_json_schema
 from radixgen.grammars.lru import ByteLru
+from radixgen.grammars.pda import called_states
 from radixgen.grammars.token_walk import nodes_to_mask, walk_trie
 
 ITEM = {"type": "object", "properties": {"id": {"type": "integer", "minimum": 0, "maximum": 999},
@@ -158,6 +159,21 @@ def test_masks_equal_plain_walk_without_precompute() -> None:
         for tid in tokens:
             np.testing.assert_array_equal(lazy.mask(m.state), compiled.mask(n.state))
             assert m.advance(tid) and n.advance(tid)
+
+
+def test_only_called_rules_can_be_top_frames() -> None:
+    """Precompute skips rules nobody calls: their states only sit in root frames of a configuration."""
+    vocab, _ = VOCABS["gpt2"]()
+    grammar = compile_grammar('root ::= "a" x "b" x\nx ::= "c" | "d" x', vocab, syntax="ebnf")
+    automaton = grammar.automaton
+    called = called_states(automaton.pda)
+    assert called.any() and not called.all() and not called[automaton.pda.start]
+    for text in (b"acb", b"adcbc", b"addcbddc"):
+        state = automaton.initial
+        for byte in text:
+            state = automaton.step(state, bytes([byte]))
+            assert state >= 0
+            assert all(called[frame] for stack in automaton.stacks(state) for frame in stack[1:])
 
 
 def test_long_tokens_inside_counted_repetitions() -> None:
