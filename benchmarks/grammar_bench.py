@@ -91,6 +91,21 @@ def bit(row: np.ndarray, token: int) -> bool:
 
 
 # ---- engines: compile(schema) -> handle; walk(handle, tokens) -> (accepted, mask seconds) ---------------------
+def timed_walk(fill: Callable[[], Any], row: Any, accept: Callable[[int], bool], tokens: list[int],
+               eos: int) -> tuple[bool, list[float]]:
+    """The method's walk, shared by every engine: before each token `fill()` writes the mask into `row` (timed),
+    the token must be allowed there and accepted; at the end EOS must be allowed. Returns (accepted, mask times)."""
+    times = []
+    for tok in tokens:
+        t0 = time.perf_counter()
+        fill()
+        times.append(time.perf_counter() - t0)
+        if not bit(row, tok) or not accept(tok):
+            return False, times
+    fill()
+    return bit(row, eos), times
+
+
 class Radixgen:
     def __init__(self, vocab: Vocab, **opts: Any) -> None:
         from radixgen.grammars import Vocabulary
@@ -112,15 +127,7 @@ class Radixgen:
     def walk(self, handle: Any, tokens: list[int]) -> tuple[bool, list[float]]:
         m = handle.matcher()
         row = np.zeros(self.vocab.mask_words, dtype=np.int32)
-        times = []
-        for tok in tokens:
-            t0 = time.perf_counter()
-            m.fill_mask(row)
-            times.append(time.perf_counter() - t0)
-            if not bit(row, tok) or not m.advance(tok):
-                return False, times
-        m.fill_mask(row)
-        return bit(row, self.eos), times
+        return timed_walk(lambda: m.fill_mask(row), row, m.advance, tokens, self.eos)
 
 
 class XGrammar:
@@ -140,16 +147,7 @@ class XGrammar:
     def walk(self, handle: Any, tokens: list[int]) -> tuple[bool, list[float]]:
         m = self.xgr.GrammarMatcher(handle)
         mask = self.xgr.allocate_token_bitmask(1, self.size)
-        row = mask[0].numpy()
-        times = []
-        for tok in tokens:
-            t0 = time.perf_counter()
-            m.fill_next_token_bitmask(mask)
-            times.append(time.perf_counter() - t0)
-            if not bit(row, tok) or not m.accept_token(tok):
-                return False, times
-        m.fill_next_token_bitmask(mask)
-        return bit(row, self.eos), times
+        return timed_walk(lambda: m.fill_next_token_bitmask(mask), mask[0].numpy(), m.accept_token, tokens, self.eos)
 
 
 class LLGuidance:
@@ -181,15 +179,8 @@ class LLGuidance:
     def walk(self, handle: Any, tokens: list[int]) -> tuple[bool, list[float]]:
         m = handle.deep_copy()
         mask = self.lln.allocate_token_bitmask(1, self.size)
-        times = []
-        for tok in tokens:
-            t0 = time.perf_counter()
-            self.lln.fill_next_token_bitmask(m, mask, 0)
-            times.append(time.perf_counter() - t0)
-            if not bit(mask[0], tok) or not m.consume_token(tok):
-                return False, times
-        self.lln.fill_next_token_bitmask(m, mask, 0)
-        return bit(mask[0], self.eos), times
+        return timed_walk(lambda: self.lln.fill_next_token_bitmask(m, mask, 0), mask[0], m.consume_token, tokens,
+                          self.eos)
 
 
 class OutlinesCore:
@@ -212,16 +203,12 @@ class OutlinesCore:
     def walk(self, handle: Any, tokens: list[int]) -> tuple[bool, list[float]]:
         guide = self.oc.Guide(handle)
         row = np.zeros(self.words, dtype=np.int32)
-        times = []
-        for tok in tokens:
-            t0 = time.perf_counter()
-            guide.write_mask_into(row.ctypes.data, row.size, 4)
-            times.append(time.perf_counter() - t0)
-            if not bit(row, tok):
-                return False, times
+
+        def accept(tok: int) -> bool:  # the mask already allowed it; advancing cannot refuse it
             guide.advance(tok)
-        guide.write_mask_into(row.ctypes.data, row.size, 4)
-        return bit(row, self.eos), times
+            return True
+
+        return timed_walk(lambda: guide.write_mask_into(row.ctypes.data, row.size, 4), row, accept, tokens, self.eos)
 
 
 ENGINES: dict[str, Callable[[Vocab], Any]] = {
