@@ -7,6 +7,7 @@ what the pushdown matcher cannot run: undefined rules, indirect left recursion, 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from radixgen.grammars.bytedfa import ByteDFA
@@ -106,18 +107,28 @@ def _refs(expr: Expr) -> set[str]:
     return set()
 
 
-def _nullable(expr: Expr, nullable_rules: set[str]) -> bool:
+def _derives(expr: Expr, rules: set[str], terminal: Callable[[ByteDFA], bool]) -> bool:
+    """Whether `expr` derives a string of the kind `terminal` says a terminal derives, given the rules known to
+    (the empty string: nullable; any string at all: productive)."""
     if isinstance(expr, Graph):
-        return expr.end in _graph_reach(expr, lambda e: _nullable(e, nullable_rules))
+        return expr.end in _graph_reach(expr, lambda e: _derives(e, rules, terminal))
     if isinstance(expr, Terminal):
-        return expr.dfa.accepts_empty()
+        return terminal(expr.dfa)
     if isinstance(expr, RuleRef):
-        return expr.name in nullable_rules
+        return expr.name in rules
     if isinstance(expr, Seq):
-        return all(_nullable(e, nullable_rules) for e in expr.items)
+        return all(_derives(e, rules, terminal) for e in expr.items)
     if isinstance(expr, Alt):
-        return any(_nullable(e, nullable_rules) for e in expr.options)
-    return expr.min == 0 or _nullable(expr.item, nullable_rules)
+        return any(_derives(e, rules, terminal) for e in expr.options)
+    return expr.min == 0 or _derives(expr.item, rules, terminal)
+
+
+def _nullable(expr: Expr, nullable_rules: set[str]) -> bool:
+    return _derives(expr, nullable_rules, ByteDFA.accepts_empty)
+
+
+def _productive(expr: Expr, productive_rules: set[str]) -> bool:
+    return _derives(expr, productive_rules, lambda dfa: bool(dfa.accepting.any()))
 
 
 def _left_refs(expr: Expr, nullable_rules: set[str]) -> set[str]:
@@ -139,20 +150,6 @@ def _left_refs(expr: Expr, nullable_rules: set[str]) -> set[str]:
     if isinstance(expr, Repeat):
         return _left_refs(expr.item, nullable_rules)
     return set()
-
-
-def _productive(expr: Expr, productive_rules: set[str]) -> bool:
-    if isinstance(expr, Graph):
-        return expr.end in _graph_reach(expr, lambda e: _productive(e, productive_rules))
-    if isinstance(expr, Terminal):
-        return expr.dfa.accepting.any()
-    if isinstance(expr, RuleRef):
-        return expr.name in productive_rules
-    if isinstance(expr, Seq):
-        return all(_productive(e, productive_rules) for e in expr.items)
-    if isinstance(expr, Alt):
-        return any(_productive(e, productive_rules) for e in expr.options)
-    return expr.min == 0 or _productive(expr.item, productive_rules)
 
 
 def _remove_direct_left_recursion(name: str, body: Expr) -> Expr:
