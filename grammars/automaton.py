@@ -41,7 +41,24 @@ class ByteAutomaton(Protocol):
     def step(self, state: int, data: bytes) -> int: ...
 
 
-class DfaAutomaton:
+class _DfaRows:
+    """Row access shared by the automata that are one DFA (its rows are always complete)."""
+
+    _dfa: ByteDFA
+
+    def ensure_rows(self, states: np.ndarray) -> None:
+        return None
+
+    def live_pairs(self, state: int) -> list[tuple[int, int]]:
+        """(byte, next state) for every live byte, ascending."""
+        return _dfa_live_pairs(self._dfa, state)
+
+    def row_list(self, state: int) -> list[int]:
+        """The table row of `state` as a Python list."""
+        return dfa_row_list(self._dfa, state)
+
+
+class DfaAutomaton(_DfaRows):
     """A regex: states are DFA states, the table is the DFA's."""
 
     def __init__(self, dfa: ByteDFA) -> None:
@@ -55,17 +72,6 @@ class DfaAutomaton:
     @property
     def num_states(self) -> int:
         return self._dfa.num_states
-
-    def ensure_rows(self, states: np.ndarray) -> None:
-        return None
-
-    def live_pairs(self, state: int) -> list[tuple[int, int]]:
-        """(byte, next state) for every live byte, ascending."""
-        return _dfa_live_pairs(self._dfa, state)
-
-    def row_list(self, state: int) -> list[int]:
-        """The table row of `state` as a Python list."""
-        return dfa_row_list(self._dfa, state)
 
     def accepting(self, state: int) -> bool:
         return bool(self._dfa.accepting[state])
@@ -82,7 +88,7 @@ class DfaAutomaton:
 MARK = -1  # bottom frame of a relative stack: "some context we do not look at"
 
 
-class DfaEscapes:
+class DfaEscapes(_DfaRows):
     """A DFA walked as the top frame of a parser stack: reaching an accepting state (after at least one byte)
     may pop the frame, so it counts as an escape. Lets walks over a shared terminal be cached per vocabulary
     and reused by every grammar that uses the same terminal."""
@@ -92,15 +98,6 @@ class DfaEscapes:
         self.table = dfa.trans
         self.escapes = dfa.accepting
         self.nonempty = (dfa.trans >= 0).any(axis=1)
-
-    def ensure_rows(self, states: np.ndarray) -> None:
-        return None
-
-    def live_pairs(self, state: int) -> list[tuple[int, int]]:
-        return _dfa_live_pairs(self._dfa, state)
-
-    def row_list(self, state: int) -> list[int]:
-        return dfa_row_list(self._dfa, state)
 
 
 def dfa_accepting_list(dfa: ByteDFA) -> list[bool]:
