@@ -11,6 +11,7 @@ same table lookup as for a regex.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from typing import Protocol
 
 import numpy as np
@@ -22,6 +23,14 @@ DEAD = -1
 UNKNOWN = -2
 
 Stack = tuple[int, ...]
+# A configuration: its stacks sorted and distinct. Plain tuples of tuples of ints, unlike frozensets, are
+# untracked by the cyclic garbage collector, so the thousands a large grammar interns do not lengthen its pauses.
+Config = tuple[Stack, ...]
+
+
+def config_of(stacks: Iterable[Stack]) -> Config:
+    """The canonical configuration of a collection of stacks."""
+    return tuple(sorted(set(stacks)))
 
 
 class ByteAutomaton(Protocol):
@@ -32,9 +41,9 @@ class ByteAutomaton(Protocol):
 
     def ensure_rows(self, states: np.ndarray) -> None: ...
 
-    def live_pairs(self, state: int) -> list[tuple[int, int]]: ...
+    def live_pairs(self, state: int) -> tuple[tuple[int, int], ...]: ...
 
-    def row_list(self, state: int) -> list[int]: ...
+    def row_list(self, state: int) -> tuple[int, ...]: ...
 
     def accepting(self, state: int) -> bool: ...
 
@@ -49,12 +58,12 @@ class _DfaRows:
     def ensure_rows(self, states: np.ndarray) -> None:
         return None
 
-    def live_pairs(self, state: int) -> list[tuple[int, int]]:
+    def live_pairs(self, state: int) -> tuple[tuple[int, int], ...]:
         """(byte, next state) for every live byte, ascending."""
         return _dfa_live_pairs(self._dfa, state)
 
-    def row_list(self, state: int) -> list[int]:
-        """The table row of `state` as a Python list."""
+    def row_list(self, state: int) -> tuple[int, ...]:
+        """The table row of `state` as a Python tuple."""
         return dfa_row_list(self._dfa, state)
 
 
@@ -108,22 +117,29 @@ def dfa_accepting_list(dfa: ByteDFA) -> list[bool]:
     return found
 
 
-def dfa_row_list(dfa: ByteDFA, state: int) -> list[int]:
-    """Row `state` of `dfa.trans` as a Python list (cached on the DFA)."""
+# Rows cached for per-byte loops are tuples of ints, not lists: the cyclic garbage collector stops tracking
+# such tuples, so thousands of cached rows do not lengthen its pauses (which land in mask times otherwise).
+
+
+def dfa_row_list(dfa: ByteDFA, state: int) -> tuple[int, ...]:
+    """Row `state` of `dfa.trans` as a Python tuple (cached on the DFA)."""
     cache = dfa.__dict__.setdefault("_row_lists", {})
     found = cache.get(state)
     if found is None:
-        found = cache[state] = dfa.trans[state].tolist()
+        found = cache[state] = tuple(dfa.trans[state].tolist())
     return found
 
 
-def _dfa_live_pairs(dfa: ByteDFA, state: int) -> list[tuple[int, int]]:
+def _live_pairs_of(row: np.ndarray) -> tuple[tuple[int, int], ...]:
+    live = np.flatnonzero(row >= 0)
+    return tuple(zip(live.tolist(), row[live].tolist()))
+
+
+def _dfa_live_pairs(dfa: ByteDFA, state: int) -> tuple[tuple[int, int], ...]:
     cache = dfa.__dict__.setdefault("_live_pairs", {})
     found = cache.get(state)
     if found is None:
-        row = dfa.trans[state]
-        live = np.flatnonzero(row >= 0)
-        found = cache[state] = list(zip(live.tolist(), row[live].tolist()))
+        found = cache[state] = _live_pairs_of(dfa.trans[state])
     return found
 
 
@@ -140,18 +156,18 @@ class PdaAutomaton:
     def __init__(self, pda: PdaTables) -> None:
         self._pda = pda
         self._accept_list: list[bool] = pda.accept.tolist()
-        self._configs: list[frozenset[Stack]] = []
-        self._index: dict[tuple[frozenset[Stack], bool], int] = {}
+        self._configs: list[Config] = []
+        self._index: dict[tuple[Config, bool], int] = {}
         self._accepting: list[bool] = []
         self._table = np.full((64, 256), UNKNOWN, dtype=np.int32)
         self._escapes = np.zeros(64, dtype=bool)
         self._nonempty = np.zeros(64, dtype=bool)
         self._terminal_top = np.full(64, -1, dtype=np.int32)
-        self._live: dict[int, list[tuple[int, int]]] = {}
-        self._rows: dict[int, list[int]] = {}
-        self._groups: dict[int, tuple[np.ndarray, list[int]]] = {}
+        self._live: dict[int, tuple[tuple[int, int], ...]] = {}
+        self._rows: dict[int, tuple[int, ...]] = {}
+        self._groups: dict[int, tuple[np.ndarray, tuple[int, ...]]] = {}
         self._edges: dict[tuple[int, int], int] = {}  # see `edge`
-        self._closures: dict[Stack, tuple[frozenset[Stack], bool]] = {}
+        self._closures: dict[Stack, tuple[Config, bool]] = {}
         self._lock = threading.RLock()
         initial = self._intern(*self._close([(pda.start,)]))
         assert initial is not None, "the start rule was checked productive at compile time"
@@ -184,32 +200,17 @@ class PdaAutomaton:
     def accepting(self, state: int) -> bool:
         return self._accepting[state]
 
-    def stacks(self, state: int) -> frozenset[Stack]:
+    def stacks(self, state: int) -> Config:
         return self._configs[state]
 
     @property
     def pda(self) -> PdaTables:
         return self._pda
 
-    def split_stacks(self, state: int) -> list[tuple[frozenset[Stack], Stack | None]]:
-        """One group per stack deeper than its root frame: the relative stack `(MARK, top)` with the frames
-        below it (the base); root-only stacks together form one group with base None (kept whole). A mask
-        is the union over the stacks of a configuration, so it is the union over these groups."""
-        groups: list[tuple[frozenset[Stack], Stack | None]] = []
-        roots = []
-        for s in self._configs[state]:
-            if len(s) == 1:
-                roots.append(s)
-            else:
-                groups.append((frozenset({(MARK, s[-1])}), s[:-1]))
-        if roots:
-            groups.append((frozenset(roots), None))
-        return groups
-
-    def intern_stacks(self, stacks: frozenset[Stack]) -> int:
+    def intern_stacks(self, stacks: Iterable[Stack]) -> int:
         """The state of an already closed set of stacks (relative ones included)."""
         with self._lock:
-            found = self._intern(stacks, False)
+            found = self._intern(config_of(stacks), False)
         assert found is not None
         return found
 
@@ -226,7 +227,7 @@ class PdaAutomaton:
             rule_state = pda.terminal_of < 0 if pda.terminal_of is not None else np.ones_like(pda.has_bytes)
             tops = np.flatnonzero(pda.has_bytes & rule_state)
             for g in tops.tolist():
-                found = self._intern(frozenset({(MARK, g)}), False)
+                found = self._intern(((MARK, g),), False)
                 assert found is not None
                 ids[g] = found
             target_state = ids.copy()
@@ -243,7 +244,7 @@ class PdaAutomaton:
         with self._lock:
             return self._intern_or_dead(self._close_one(stack))
 
-    def _close(self, stacks: list[Stack]) -> tuple[frozenset[Stack], bool]:
+    def _close(self, stacks: list[Stack]) -> tuple[Config, bool]:
         """Epsilon closure: push calls, pop finished rules; keep stacks that can read a byte or accept.
         Returns the kept stacks and whether a relative stack popped into MARK."""
         pda = self._pda
@@ -251,7 +252,7 @@ class PdaAutomaton:
             (only,) = stacks
             top = only[-1]
             if not pda.calls[top] and not pda.accept[top]:  # the common case: nothing to push or pop
-                return (frozenset(stacks), False) if pda.has_bytes[top] else (frozenset(), False)
+                return ((only,), False) if pda.has_bytes[top] else ((), False)
         seen: set[Stack] = set()
         kept: set[Stack] = set()
         escaped = False
@@ -272,20 +273,20 @@ class PdaAutomaton:
                     work.append(below)
             if pda.has_bytes[top] or (pda.accept[top] and not below):
                 kept.add(s)
-        return frozenset(kept), escaped
+        return config_of(kept), escaped
 
-    def _close_one(self, stack: Stack) -> tuple[frozenset[Stack], bool]:
+    def _close_one(self, stack: Stack) -> tuple[Config, bool]:
         """`_close([stack])`, memoized: the same stack recurs in many configurations."""
         found = self._closures.get(stack)
         if found is None:
             found = self._closures[stack] = self._close([stack])
         return found
 
-    def _intern_or_dead(self, closed: tuple[frozenset[Stack], bool]) -> int:
+    def _intern_or_dead(self, closed: tuple[Config, bool]) -> int:
         found = self._intern(*closed)
         return DEAD if found is None else found
 
-    def _intern(self, config: frozenset[Stack], escaped: bool) -> int | None:
+    def _intern(self, config: Config, escaped: bool) -> int | None:
         if not config and not escaped:
             return None
         key = (config, escaped)
@@ -314,16 +315,16 @@ class PdaAutomaton:
             self._terminal_top[idx] = self._pda.terminal_of[stack[-1]]
         return idx
 
-    def _byte_groups(self, g: int) -> tuple[np.ndarray, list[int]]:
+    def _byte_groups(self, g: int) -> tuple[np.ndarray, tuple[int, ...]]:
         """Bytes of PDA state g grouped by target: (group of each byte, target of each group)."""
         found = self._groups.get(g)
         if found is None:
             targets, groups = np.unique(self._pda.trans[g], return_inverse=True)
-            found = self._groups[g] = (groups.reshape(-1), targets.tolist())
+            found = self._groups[g] = (groups.reshape(-1), tuple(targets.tolist()))
         return found
 
     def _fill_row(self, state: int) -> None:
-        stacks = list(self._configs[state])
+        stacks = self._configs[state]
         row = np.full(256, DEAD, dtype=np.int32)
         if len(stacks) == 1:
             (stack,) = stacks
@@ -352,25 +353,23 @@ class PdaAutomaton:
                 if self._table[state, 0] == UNKNOWN:
                     self._fill_row(int(state))
 
-    def live_pairs(self, state: int) -> list[tuple[int, int]]:
+    def live_pairs(self, state: int) -> tuple[tuple[int, int], ...]:
         """(byte, next state) for every live byte of `state`, ascending."""
         found = self._live.get(state)
         if found is None:
             self.row_list(state)  # fills the row when unknown
-            row = self._table[state]
-            live = np.flatnonzero(row >= 0)
-            found = self._live[state] = list(zip(live.tolist(), row[live].tolist()))
+            found = self._live[state] = _live_pairs_of(self._table[state])
         return found
 
-    def row_list(self, state: int) -> list[int]:
-        """The table row of `state` as a Python list (filled first if unknown)."""
+    def row_list(self, state: int) -> tuple[int, ...]:
+        """The table row of `state` as a Python tuple (filled first if unknown)."""
         found = self._rows.get(state)
         if found is None:
             if self._table[state, 0] == UNKNOWN:
                 with self._lock:
                     if self._table[state, 0] == UNKNOWN:
                         self._fill_row(state)
-            found = self._rows[state] = self._table[state].tolist()
+            found = self._rows[state] = tuple(self._table[state].tolist())
         return found
 
     def read(self, state: int, data: bytes) -> int:
@@ -415,13 +414,13 @@ class PdaAutomaton:
         key = (state, byte)
         found = self._edges.get(key)
         if found is None:
-            stacks = list(self._configs[state])
+            stacks = self._configs[state]
             trans = self._pda.trans
             with self._lock:
                 found = self._edges[key] = self._moved(stacks, [int(trans[s[-1], byte]) for s in stacks])
         return found
 
-    def _moved(self, stacks: list[Stack], targets: list[int]) -> int:
+    def _moved(self, stacks: Config, targets: list[int]) -> int:
         """The state after each stack's top moves to its target (-1: that stack dies), or DEAD. The closure
         of a union is the union of closures: each moved stack's own closure is reused."""
         kept: set[Stack] = set()
@@ -429,9 +428,9 @@ class PdaAutomaton:
         for s, t in zip(stacks, targets):
             if t >= 0:
                 one_kept, one_escaped = self._close_one(s[:-1] + (t,))
-                kept |= one_kept
+                kept.update(one_kept)
                 escaped |= one_escaped
-        return self._intern_or_dead((frozenset(kept), escaped))
+        return self._intern_or_dead((config_of(kept), escaped))
 
     def step(self, state: int, data: bytes) -> int:
         for b in data:

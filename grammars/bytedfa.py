@@ -7,9 +7,11 @@ surrogates), so the accepted byte strings are exactly the UTF-8 encodings of the
 
 from __future__ import annotations
 
+import hashlib
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -38,6 +40,15 @@ class ByteDFA:
 
     def accepts_empty(self) -> bool:
         return bool(self.accepting[0])
+
+    @cached_property
+    def digest(self) -> bytes:
+        """16-byte hash of the table and accepting states: the key of per-vocabulary caches of walks inside
+        this DFA, so equal DFAs of different grammars share them, and a key holds no DFA alive."""
+        h = hashlib.blake2b(digest_size=16)
+        h.update(np.ascontiguousarray(self.trans, dtype=np.int32).tobytes())
+        h.update(np.ascontiguousarray(self.accepting, dtype=bool).tobytes())
+        return h.digest()
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -101,7 +101,6 @@ def _stacks_verdict(tops: list[tuple[ByteDFA, int] | None], run: Run) -> bool | 
 
 
 PRECOMPUTE_REGEX_BYTES = 16  # regex states with at most this many live bytes are walked at compile time
-PRECOMPUTE_BUDGET_S = 0.05  # CPU time the compile step spends on precomputing walks (see `precompute`)
 
 
 class MaskCache:
@@ -125,8 +124,9 @@ class MaskCache:
         """Walk the trie from every grammar position (each PDA state with bytes, as a relative top frame)
         now, at compile time, so the first mask at a position costs only the frames below it.
 
-        Within a time budget, so a huge grammar compiles in bounded time and leaves its remaining positions
-        for first use (the results are the same either way, only cached earlier). Only states of called
+        Within the vocabulary's `precompute_s` of CPU time, so a huge grammar compiles in bounded time and
+        leaves its remaining positions for first use (the results are the same either way, only cached
+        earlier). Only states of called
         rules (`called_states`: the start rule's states only ever sit in root frames, walked whole). Rule
         states go first, narrowest first; then states inside shared terminals, whose walks are cached per
         vocabulary (free when another grammar already used the terminal). Wide regex states are left for
@@ -135,7 +135,7 @@ class MaskCache:
         if isinstance(automaton, DfaAutomaton):
             # A regex: narrow states' masks are cheap to walk now; wide ones are walked on first use.
             narrow = (automaton.table >= 0).sum(axis=1) <= PRECOMPUTE_REGEX_BYTES
-            deadline = time.thread_time() + PRECOMPUTE_BUDGET_S
+            deadline = time.thread_time() + self.vocab.precompute_s
             for q in np.flatnonzero(narrow).tolist():
                 if time.thread_time() > deadline:
                     break
@@ -149,7 +149,7 @@ class MaskCache:
         live_bytes = (pda.trans >= 0).sum(axis=1)
         in_terminal = pda.terminal_of >= 0 if pda.terminal_of is not None else np.zeros_like(pda.has_bytes)
         candidates = np.unique(representatives[pda.has_bytes & called_states(pda)])  # of possible top frames
-        deadline = time.thread_time() + PRECOMPUTE_BUDGET_S
+        deadline = time.thread_time() + self.vocab.precompute_s
         for g in candidates[np.lexsort((live_bytes[candidates], in_terminal[candidates]))].tolist():
             if time.thread_time() > deadline:
                 break
@@ -258,7 +258,7 @@ class MaskCache:
                 out |= entry.packed
                 below -= 1
         if roots:
-            sub = automaton.intern_stacks(frozenset(roots))
+            sub = automaton.intern_stacks(roots)
             packed = self._roots.get(sub)
             if packed is None:
                 walk = walk_trie(automaton, sub, self.vocab.trie, handoff=self._handoff)
@@ -284,7 +284,7 @@ class MaskCache:
             entry = _FrameWalk(_frozen(inside.packed | walk_mask(self.vocab, after)),
                                self._node_set(after.escape_nodes))
         else:
-            sub = automaton.intern_stacks(frozenset({(MARK, top)}))
+            sub = automaton.intern_stacks(((MARK, top),))
             entry = self._entry(walk_trie(automaton, sub, self.vocab.trie, escapes=True, handoff=self._handoff,
                                           past_escapes=True))
         with self._lock:

@@ -12,8 +12,7 @@ the grammar's own walk again from the nodes where the terminal may end.
 
 from __future__ import annotations
 
-import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 from radixgen.grammars.automaton import DfaEscapes, PdaAutomaton
@@ -52,15 +51,17 @@ def terminal_walk(vocab: Vocabulary, dfa: ByteDFA, q: int, nodes: np.ndarray) ->
     context by a few nodes (a key's first character excludes different names' first characters), so the last
     large set walked is kept as a base (see `_Base`): a set near it costs the walks of the nodes that differ
     (cached per node), not one walk below all of them (thousands of nodes with a large vocabulary)."""
-    # Keys of the vocabulary's cache (an LRU by bytes, lru.py): (DFA, q, node set bytes) -> TerminalWalk;
-    # (DFA, q, node) -> WalkResult; (DFA, q, "base") -> _Base.
-    # The DFA is keyed by a weak reference, so that cached walks do not keep a dropped terminal alive.
+    # Keys of the vocabulary's cache (an LRU by bytes, lru.py): (DFA digest, q, node set bytes) -> TerminalWalk;
+    # (digest, q, node) -> WalkResult; (digest, q, "base") -> _Base. Keys and values are stored as plain
+    # tuples of bytes, ints and arrays, which the cyclic garbage collector stops tracking: tens of thousands of
+    # cached walks would otherwise lengthen every full collection, and those pauses land in mask times.
     cache = vocab.terminal_walks
-    key = (weakref.ref(dfa), q, nodes.tobytes())
-    found = cache.get(key)
-    if found is not None:
-        return found
-    base = cache.get((key[0], q, "base"))
+    key = (dfa.digest, q, nodes.tobytes())
+    stored = cache.get(key)
+    if stored is not None:
+        return TerminalWalk(*stored)
+    stored_base = cache.get((dfa.digest, q, "base"))
+    base = None if stored_base is None else _Base(stored_base[0], TerminalWalk(*stored_base[1]), stored_base[2])
     if base is not None and _near(base.nodes, nodes):
         kept = np.isin(base.nodes, nodes, assume_unique=True)
         added = _node_walks(vocab, dfa, q, np.setdiff1d(nodes, base.nodes, assume_unique=True))
@@ -78,15 +79,21 @@ def terminal_walk(vocab: Vocabulary, dfa: ByteDFA, q: int, nodes: np.ndarray) ->
         if nodes.shape[0] >= BASE_MIN_NODES:
             owner = _owners(vocab, nodes, walk.escape_nodes)
             if owner is not None:
-                cache.put((key[0], q, "base"), _Base(nodes, found, owner), nodes.nbytes + owner.nbytes
-                          + _nbytes(found), replace=True)
+                cache.put((dfa.digest, q, "base"), (nodes, _fields(found), owner),
+                          nodes.nbytes + owner.nbytes + _nbytes(found), replace=True)
     found.packed.flags.writeable = False
-    return cache.put(key, found, len(key[2]) + _nbytes(found))
+    cache.put(key, _fields(found), len(key[2]) + _nbytes(found))
+    return found
+
+
+def _fields(walk: TerminalWalk | WalkResult) -> tuple:
+    """A walk as the plain tuple of its fields (how the cache stores it, see `terminal_walk`)."""
+    return tuple(getattr(walk, f.name) for f in fields(walk))
 
 
 def _nbytes(walk: TerminalWalk | WalkResult) -> int:
     """The bytes of a cached walk's arrays (its share of the cache budget)."""
-    return sum(a.nbytes for a in vars(walk).values() if isinstance(a, np.ndarray))
+    return sum(a.nbytes for a in _fields(walk) if isinstance(a, np.ndarray))
 
 
 def sorted_unique(nodes: np.ndarray) -> np.ndarray:
@@ -135,14 +142,15 @@ def _owners(vocab: Vocabulary, nodes: np.ndarray, below: np.ndarray) -> np.ndarr
 def _node_walks(vocab: Vocabulary, dfa: ByteDFA, q: int, nodes: np.ndarray) -> list[WalkResult]:
     """The walk below each of `nodes` alone, cached per (DFA, state, node)."""
     cache = vocab.terminal_walks
-    ref = weakref.ref(dfa)
     out = []
     for node in nodes.tolist():
-        found = cache.get((ref, q, node))
-        if found is None:
+        stored = cache.get((dfa.digest, q, node))
+        if stored is None:
             walk = walk_trie(DfaEscapes(dfa), q, vocab.trie, node, escapes=True)
-            found = cache.put((ref, q, node), walk, _nbytes(walk))
-        out.append(found)
+            cache.put((dfa.digest, q, node), _fields(walk), _nbytes(walk))
+        else:
+            walk = WalkResult(*stored)
+        out.append(walk)
     return out
 
 
@@ -194,7 +202,7 @@ class TerminalHandoff:
         parents = inside.exit_parent_states
         configs = np.empty_like(parents)
         for q in np.unique(parents).tolist():
-            configs[parents == q] = self.automaton.intern_stacks(frozenset({prefix + (offset + q,)}))
+            configs[parents == q] = self.automaton.intern_stacks((prefix + (offset + q,),))
         return configs
 
     def _walk_exits(self, nodes: np.ndarray, parents: np.ndarray, escapes: bool,

@@ -16,6 +16,7 @@ from radixgen.grammars.lru import ByteLru
 
 WALK_CACHE_BYTES = 1 << 30  # default budget of the per-vocabulary terminal walk cache (lru.py); the
 # 400 sample schemas of benchmarks/grammar_bench.py fill about 570 MiB with Qwen3, 160 MiB with GPT-2
+PRECOMPUTE_S = 0.15  # default CPU seconds one compile spends walking grammar positions ahead of use (masks.py)
 LONG_TOKENS = 16  # at most this many longest tokens are checked one by one where masks are shared (masks.py)
 
 
@@ -154,7 +155,8 @@ class Vocabulary:
     """
 
     def __init__(self, token_bytes: Sequence[bytes], eos_token_ids: Iterable[int],
-                 special_ids: Iterable[int] = (), *, walk_cache_bytes: int = WALK_CACHE_BYTES) -> None:
+                 special_ids: Iterable[int] = (), *, walk_cache_bytes: int = WALK_CACHE_BYTES,
+                 precompute_s: float = PRECOMPUTE_S) -> None:
         self.token_bytes: tuple[bytes, ...] = tuple(bytes(t) for t in token_bytes)
         self.eos_token_ids: tuple[int, ...] = tuple(sorted({int(e) for e in eos_token_ids}))
         specials = frozenset(int(s) for s in special_ids)
@@ -162,6 +164,12 @@ class Vocabulary:
         # Trie walks over shared terminal DFAs, reused by every grammar compiled against this vocabulary
         # (terminal_walks.py), least recently used ones evicted beyond `walk_cache_bytes`.
         self.terminal_walks: ByteLru[Any] = ByteLru(walk_cache_bytes)
+        # CPU time each grammar compiled against this vocabulary spends computing masks of its positions at
+        # compile time (`MaskCache.precompute`): more makes compiles of large grammars slower and their first
+        # masks faster (a mask's latency is on the decode path, a compile is paid once per schema).
+        if precompute_s < 0:
+            raise ValueError(f"precompute_s must be >= 0, got {precompute_s}")
+        self.precompute_s = float(precompute_s)
         for tid in self.special_ids:
             if not 0 <= tid < len(self.token_bytes):
                 raise ValueError(f"special/eos token id {tid} outside the vocabulary of {self.size}")

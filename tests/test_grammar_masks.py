@@ -161,6 +161,23 @@ def test_masks_equal_plain_walk_without_precompute() -> None:
             assert m.advance(tid) and n.advance(tid)
 
 
+def test_precompute_budget_is_a_vocabulary_option() -> None:
+    """`precompute_s=0` leaves every position for first use (fewer configurations interned at compile time);
+    the masks are the same either way; a negative budget is refused."""
+    vocab, encode = VOCABS["gpt2"]()
+    lazy_vocab = Vocabulary(vocab.token_bytes, vocab.eos_token_ids, vocab.special_ids, precompute_s=0.0)
+    clear_cache()
+    eager, lazy = compile_json_schema(SCHEMA, vocab), compile_json_schema(SCHEMA, lazy_vocab)
+    assert lazy.automaton.num_states < eager.automaton.num_states
+    for text in TEXTS["json-schema"]:
+        m, n = lazy.matcher(), eager.matcher()
+        for tid in encode(text):
+            np.testing.assert_array_equal(lazy.mask(m.state), eager.mask(n.state))
+            assert m.advance(tid) and n.advance(tid)
+    with pytest.raises(ValueError, match="precompute_s"):
+        Vocabulary(vocab.token_bytes, vocab.eos_token_ids, precompute_s=-1.0)
+
+
 def test_only_called_rules_can_be_top_frames() -> None:
     """Precompute skips rules nobody calls: their states only sit in root frames of a configuration."""
     vocab, _ = VOCABS["gpt2"]()
