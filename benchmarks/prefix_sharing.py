@@ -31,11 +31,14 @@ def few_shot(rng: random.Random, scale: float) -> list[list[str]]:
     return [[shots + f"Q: {sentence(rng, 10)}\nA:"] for _ in range(int(24 * scale))]
 
 
+CONVERSATIONS = 20  # conversations at once in the chat workloads: SGLang's multi_turn_chat benchmark runs 20
+
+
 def chats(rng: random.Random, scale: float) -> list[list[str]]:
     """Each conversation: its first prompt (system prompt + question), then the text each later turn appends
     after the previous answer; turn k's prompt is turn k-1's prompt + its answer + that text."""
     convs = []
-    for _ in range(int(6 * scale)):
+    for _ in range(int(CONVERSATIONS * scale)):
         first = f"System: {sentence(rng, 150)}\nUser: {sentence(rng, 40)}\nAssistant:"  # a realistic system prompt
         convs.append([first] + [f"\nUser: {sentence(rng, 40)}\nAssistant:" for _ in range(3)])
     return convs
@@ -45,7 +48,7 @@ def system_prompt_chats(rng: random.Random, scale: float) -> list[list[str]]:
     """SGLang's multi_turn_system_prompt_chat shape, scaled to the CPU: a long system prompt per conversation
     (SGLang: 2,048 tokens), short questions (SGLang: 32 tokens), 4 turns."""
     convs = []
-    for _ in range(int(6 * scale)):
+    for _ in range(int(CONVERSATIONS * scale)):
         first = f"System: {sentence(rng, 600)}\nUser: {sentence(rng, 25)}\nAssistant:"
         convs.append([first] + [f"\nUser: {sentence(rng, 25)}\nAssistant:" for _ in range(3)])
     return convs
