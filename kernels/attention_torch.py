@@ -13,22 +13,32 @@ from torch import Tensor
 
 def _padded_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: Tensor, q_pos: Tensor, kv_len: Tensor,
                       sm_scale: float, sliding_window: int | None) -> Tensor:
-    """q [B, E, Hq, D] at positions q_pos [B, E]; slots [B, L]; kv_len [B] valid KV per row -> [B, E, Hq, D]."""
+    """q [B, E, Hq, D] at positions q_pos [B, E]; slots [B, L]; kv_len [B] valid KV per row -> [B, E, Hq, D].
+
+    One batched matmul pair per KV head, reading that head's K and V straight out of the gathered [B, L, Hkv, D]
+    rows (a matrix with row stride Hkv * D, which BLAS takes as is), with the G query heads of its group and the
+    E queries stacked as rows. Batching over the heads as well would need K and V copied head-major first, and
+    at batch 20 with 700-token contexts those copies cost more than the gather itself."""
     b, e, hq, d = q.shape
     hkv = k_cache.shape[1]
     g = hq // hkv
+    length = slots.shape[1]
     k = k_cache[slots].float()  # [B, L, Hkv, D]
     v = v_cache[slots].float()
     qf = q.float().view(b, e, hkv, g, d)
-    scores = torch.einsum("bekgd,blkd->bkgel", qf, k) * sm_scale  # [B, Hkv, G, E, L]
-    kv_pos = torch.arange(slots.shape[1], device=q.device)
+    kv_pos = torch.arange(length, device=q.device)
     mask = (kv_pos[None, None, :] <= q_pos[:, :, None]) & (kv_pos[None, None, :] < kv_len[:, None, None])
     if sliding_window is not None:
         mask &= kv_pos[None, None, :] > (q_pos[:, :, None] - sliding_window)
-    scores = scores.masked_fill(~mask[:, None, None], float("-inf"))
-    probs = torch.softmax(scores, dim=-1).nan_to_num_(0.0)  # fully masked (padding) rows give 0
-    out = torch.einsum("bkgel,blkd->bekgd", probs, v)
-    return out.reshape(b, e, hq, d).to(q.dtype)
+    hidden = ~mask[:, None]  # [B, 1, E, L] over the [B, G, E, L] scores of one head
+    out = torch.empty(b, e, hkv, g, d, dtype=torch.float32, device=q.device)
+    for h in range(hkv):
+        qh = qf[:, :, h].transpose(1, 2).reshape(b, g * e, d)  # [B, G*E, D]
+        scores = torch.bmm(qh, k[:, :, h].transpose(1, 2)).view(b, g, e, length).mul_(sm_scale)
+        scores.masked_fill_(hidden, float("-inf"))
+        probs = torch.softmax(scores, dim=-1).nan_to_num_(0.0)  # fully masked (padding) rows give 0
+        out[:, :, h] = torch.bmm(probs.view(b, g * e, length), v[:, :, h]).view(b, g, e, d).transpose(1, 2)
+    return out.view(b, e, hq, d).to(q.dtype)
 
 
 def decode_attention_torch(q: Tensor, k_cache: Tensor, v_cache: Tensor, req_to_token: Tensor,
