@@ -1,0 +1,83 @@
+"""Time of one batched decode step of the default model on the CPU, by batch size and context length.
+
+Each configuration prefills `batch` requests of `context` tokens on one `ModelRunner`, then times decode steps
+(one new token per request, the KV of every earlier token read through the slot pool): the step the engine runs
+for every token of a batch. Run it on two builds to compare them; the table ends with the median step.
+
+    python benchmarks/cpu_decode_step.py [--model PATH] [--shapes 1x500 6x500 20x700] [--steps 10] [--dtype float32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+
+def step_times(runner, batch: int, context: int, steps: int) -> list[float]:
+    from radixgen.runtime.forward_batch import build_forward_batch
+
+    table = runner.req_to_token_pool
+    rows = [table.alloc() for _ in range(batch)]
+    lens = [0] * batch
+
+    def forward(tokens: list[list[int]]) -> None:
+        slots = []
+        for i, ids in enumerate(tokens):
+            s = runner.slot_allocator.alloc(len(ids))
+            table.write(rows[i], lens[i], s)
+            slots.append(torch.from_numpy(s))
+        fb = build_forward_batch(tokens, list(lens), rows, table.req_to_token, torch.cat(slots))
+        for i, ids in enumerate(tokens):
+            lens[i] += len(ids)
+        runner.forward(fb)
+
+    for i in range(batch):  # prefill one request at a time (the step under test is the decode)
+        ids = [1 + (k * 7 + i) % 1000 for k in range(context)]
+        s = runner.slot_allocator.alloc(context)
+        table.write(rows[i], 0, s)
+        runner.forward(build_forward_batch([ids], [0], [rows[i]], table.req_to_token, torch.from_numpy(s)))
+        lens[i] = context
+    for _ in range(2):  # warm-up
+        forward([[5]] * batch)
+    out = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        forward([[5]] * batch)
+        out.append(time.perf_counter() - t0)
+    for row, n in zip(rows, lens):
+        runner.slot_allocator.free(table.req_to_token[row, :n].clone())
+        table.free(row)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default=None, help="GGUF file or HF folder (default: the downloaded default model)")
+    ap.add_argument("--shapes", nargs="*", default=["1x500", "6x500", "20x700"], help="BATCHxCONTEXT")
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--threads", type=int, default=None)
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from radixgen.runtime.download import default_model_path
+    from radixgen.runtime.engine_config import EngineConfig
+    from radixgen.runtime.model_runner import ModelRunner
+
+    shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes]
+    total = max(b * (c + args.steps + 4) for b, c in shapes) + 64
+    runner = ModelRunner(EngineConfig(model_path=args.model or str(default_model_path()), device="cpu",
+                                      dtype=args.dtype, max_total_tokens=total,
+                                      max_running_requests=max(b for b, _ in shapes)))
+    print(f"{'batch':>5} {'context':>7} {'median step ms':>14} {'min ms':>8} {'tok/s':>8}")
+    for batch, context in shapes:
+        times = step_times(runner, batch, context, args.steps)
+        med = statistics.median(times)
+        print(f"{batch:>5} {context:>7} {med * 1e3:>14.1f} {min(times) * 1e3:>8.1f} {batch / med:>8.1f}")
+
+
+if __name__ == "__main__":
+    main()
