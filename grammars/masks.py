@@ -126,11 +126,10 @@ class MaskCache:
 
         Within the vocabulary's `precompute_s` of CPU time, so a huge grammar compiles in bounded time and
         leaves its remaining positions for first use (the results are the same either way, only cached
-        earlier). Only states of called
-        rules (`called_states`: the start rule's states only ever sit in root frames, walked whole). Rule
-        states go first, narrowest first; then states inside shared terminals, whose walks are cached per
-        vocabulary (free when another grammar already used the terminal). Wide regex states are left for
-        first use."""
+        earlier). Only states of called rules (`called_states`: the start rule's states only ever sit in root
+        frames, walked whole). Rule states go first, narrowest first; then states inside shared terminals,
+        whose walks are cached per vocabulary (free when another grammar already used the terminal). Wide
+        regex states are left for first use."""
         automaton = self.automaton
         if isinstance(automaton, DfaAutomaton):
             # A regex: narrow states' masks are cheap to walk now; wide ones are walked on first use.

@@ -1,8 +1,8 @@
 """Batched torch attention over the slot pool: the CPU path of the engine (the GPU runs the Triton kernels).
 
 Same maths and signatures as `attention_ref` (whose per-request loops stay the readable definition the tests
-compare against), but one padded gather and one pair of batched matmuls per layer instead of a Python loop over
-requests: requests are padded to the longest KV length and masked.
+compare against), but one padded gather per layer and one pair of batched matmuls per KV head instead of a
+Python loop over requests: requests are padded to the longest KV length and masked.
 """
 
 from __future__ import annotations
