@@ -5,7 +5,7 @@ system prompt and short questions), a tree-of-thought fan-out, and no sharing at
 best achievable hit rate (computed offline from the prompts: every token of a prompt that is a prefix of an
 earlier-submitted sequence), and wall time with the cache on vs off.
 
-    python benchmarks/prefix_sharing.py [--model PATH] [--scale 1.0] [--max-new-tokens 8] [--repeats 2]
+    python benchmarks/prefix_sharing.py [--model PATH] [--scale 1.0] [--max-new-tokens 8] [--repeats 2] [--dtype auto]
 """
 
 from __future__ import annotations
@@ -116,6 +116,7 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--only", nargs="*", default=None, help="workload names to run (default: all)")
+    ap.add_argument("--dtype", default="auto", help="model dtype (auto: the device's default, float32 on the CPU)")
     args = ap.parse_args()
     workloads = {"few-shot": few_shot, "4-turn chat": chats, "system-prompt chat": system_prompt_chats,
                  "tree-of-thought": tree_of_thought, "no sharing": no_sharing}
@@ -125,7 +126,7 @@ def main() -> None:
             continue
         result = {}
         for cache_on in (True, False):
-            engine = Engine(args.model, disable_radix_cache=not cache_on)
+            engine = Engine(args.model, dtype=args.dtype, disable_radix_cache=not cache_on)
             groups = make(random.Random(0), args.scale)
             run_workload(engine, [[groups[0][0]]], 1)  # warm-up (kernels, allocator)
             runs = []
