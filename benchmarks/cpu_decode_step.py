@@ -16,36 +16,36 @@ import time
 import torch
 
 
-def step_times(runner, batch: int, context: int, steps: int) -> list[float]:
+def extend(runner, rows: list[int], lens: list[int], tokens: list[list[int]]) -> torch.Tensor:
+    """Append `tokens[i]` to the request in table row `rows[i]` (which holds `lens[i]` tokens; updated) in one
+    forward: slots allocated, the request-to-slots table written, logits of each request's last token returned."""
     from radixgen.runtime.forward_batch import build_forward_batch
 
     table = runner.req_to_token_pool
+    slots = []
+    for row, n, ids in zip(rows, lens, tokens):
+        s = runner.slot_allocator.alloc(len(ids))
+        table.write(row, n, s)
+        slots.append(torch.from_numpy(s))
+    batch = build_forward_batch(tokens, list(lens), rows, table.req_to_token, torch.cat(slots))
+    for i, ids in enumerate(tokens):
+        lens[i] += len(ids)
+    return runner.forward(batch)
+
+
+def step_times(runner, batch: int, context: int, steps: int) -> list[float]:
+    table = runner.req_to_token_pool
     rows = [table.alloc() for _ in range(batch)]
     lens = [0] * batch
-
-    def forward(tokens: list[list[int]]) -> None:
-        slots = []
-        for i, ids in enumerate(tokens):
-            s = runner.slot_allocator.alloc(len(ids))
-            table.write(rows[i], lens[i], s)
-            slots.append(torch.from_numpy(s))
-        fb = build_forward_batch(tokens, list(lens), rows, table.req_to_token, torch.cat(slots))
-        for i, ids in enumerate(tokens):
-            lens[i] += len(ids)
-        runner.forward(fb)
-
     for i in range(batch):  # prefill one request at a time (the step under test is the decode)
-        ids = [1 + (k * 7 + i) % 1000 for k in range(context)]
-        s = runner.slot_allocator.alloc(context)
-        table.write(rows[i], 0, s)
-        runner.forward(build_forward_batch([ids], [0], [rows[i]], table.req_to_token, torch.from_numpy(s)))
+        extend(runner, rows[i : i + 1], lens[i : i + 1], [[1 + (k * 7 + i) % 1000 for k in range(context)]])
         lens[i] = context
     for _ in range(2):  # warm-up
-        forward([[5]] * batch)
+        extend(runner, rows, lens, [[5]] * batch)
     out = []
     for _ in range(steps):
         t0 = time.perf_counter()
-        forward([[5]] * batch)
+        extend(runner, rows, lens, [[5]] * batch)
         out.append(time.perf_counter() - t0)
     for row, n in zip(rows, lens):
         runner.slot_allocator.free(table.req_to_token[row, :n].clone())

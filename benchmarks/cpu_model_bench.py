@@ -29,17 +29,12 @@ class RadixgenGreedy:
         self.runner = ModelRunner(EngineConfig(model_path=str(path), device="cpu", dtype="float32",
                                                max_total_tokens=max_tokens, max_running_requests=1))
         self.row = self.runner.req_to_token_pool.alloc()
-        self.length = 0
+        self.lens = [0]  # tokens the request holds (`extend` updates it)
 
     def _run(self, ids: list[int]) -> int:
-        from radixgen.runtime.forward_batch import build_forward_batch
+        from cpu_decode_step import extend  # benchmarks/ is the script's directory
 
-        table = self.runner.req_to_token_pool
-        slots = self.runner.slot_allocator.alloc(len(ids))
-        table.write(self.row, self.length, slots)
-        batch = build_forward_batch([ids], [self.length], [self.row], table.req_to_token, torch.from_numpy(slots))
-        self.length += len(ids)
-        return int(self.runner.forward(batch)[0].argmax())
+        return int(extend(self.runner, [self.row], self.lens, [ids])[0].argmax())
 
     def prefill(self, ids: list[int]) -> int:
         return self._run(ids)
