@@ -1,7 +1,7 @@
 """Deterministic byte automata the matcher runs: a regex DFA as is, or a pushdown automaton, determinized
 lazily.
 
-Both expose the same table interface: a state id per matcher position, `table` / `row_list(state)` giving the
+Both expose the same table interface: a state id per matcher position, `table` / `row_tuple(state)` giving the
 next state for each byte (-1 dead), and `accepting(state)`. For a regex the table is complete up front. For a
 grammar a state ("configuration") is the set of parser stacks still alive; configurations are interned and
 their rows filled on first use, then shared by every matcher of the grammar, so steady-state decoding is the
@@ -43,7 +43,7 @@ class ByteAutomaton(Protocol):
 
     def live_pairs(self, state: int) -> tuple[tuple[int, int], ...]: ...
 
-    def row_list(self, state: int) -> tuple[int, ...]: ...
+    def row_tuple(self, state: int) -> tuple[int, ...]: ...
 
     def accepting(self, state: int) -> bool: ...
 
@@ -62,9 +62,9 @@ class _DfaRows:
         """(byte, next state) for every live byte, ascending."""
         return _dfa_live_pairs(self._dfa, state)
 
-    def row_list(self, state: int) -> tuple[int, ...]:
+    def row_tuple(self, state: int) -> tuple[int, ...]:
         """The table row of `state` as a Python tuple."""
-        return dfa_row_list(self._dfa, state)
+        return dfa_row_tuple(self._dfa, state)
 
 
 class DfaAutomaton(_DfaRows):
@@ -121,9 +121,9 @@ def dfa_accepting_list(dfa: ByteDFA) -> list[bool]:
 # such tuples, so thousands of cached rows do not lengthen its pauses (which land in mask times otherwise).
 
 
-def dfa_row_list(dfa: ByteDFA, state: int) -> tuple[int, ...]:
+def dfa_row_tuple(dfa: ByteDFA, state: int) -> tuple[int, ...]:
     """Row `state` of `dfa.trans` as a Python tuple (cached on the DFA)."""
-    cache = dfa.__dict__.setdefault("_row_lists", {})
+    cache = dfa.__dict__.setdefault("_row_tuples", {})
     found = cache.get(state)
     if found is None:
         found = cache[state] = tuple(dfa.trans[state].tolist())
@@ -357,11 +357,11 @@ class PdaAutomaton:
         """(byte, next state) for every live byte of `state`, ascending."""
         found = self._live.get(state)
         if found is None:
-            self.row_list(state)  # fills the row when unknown
+            self.row_tuple(state)  # fills the row when unknown
             found = self._live[state] = _live_pairs_of(self._table[state])
         return found
 
-    def row_list(self, state: int) -> tuple[int, ...]:
+    def row_tuple(self, state: int) -> tuple[int, ...]:
         """The table row of `state` as a Python tuple (filled first if unknown)."""
         found = self._rows.get(state)
         if found is None:
@@ -383,7 +383,7 @@ class PdaAutomaton:
             if row is not None:
                 state = row[b]
             elif table[state, 0] != UNKNOWN:
-                state = self.row_list(state)[b]
+                state = self.row_tuple(state)[b]
             else:
                 state = self.edge(state, b)
                 table = self._table  # interning may have grown it

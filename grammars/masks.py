@@ -25,7 +25,7 @@ from radixgen.grammars.automaton import (
     DfaAutomaton,
     PdaAutomaton,
     dfa_accepting_list,
-    dfa_row_list,
+    dfa_row_tuple,
 )
 from radixgen.grammars.bytedfa import ByteDFA
 from radixgen.grammars.lookahead import lookahead_representatives
@@ -63,7 +63,7 @@ def _terminal_verdict(dfa: ByteDFA, q: int, run: Run) -> bool | None:
     part, begin = head, -1  # the head first (never a fixed point), then the units
     while True:
         for b in part:
-            q = dfa_row_list(dfa, q)[b]
+            q = dfa_row_tuple(dfa, q)[b]
             if q < 0:
                 return None if may_exit else False
             may_exit = may_exit or accepting[q]

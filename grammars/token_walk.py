@@ -230,7 +230,7 @@ def _narrow_level(automaton: ByteAutomaton | DfaEscapes, trie: TokenTrie, nodes:
                     out_states.append(target)
                     lo = i + 1
         else:
-            row = automaton.row_list(state)
+            row = automaton.row_tuple(state)
             for i in range(lo, hi):
                 target = row[node_byte[i]]
                 if target >= 0:
