@@ -1,13 +1,14 @@
 """Batched torch attention over the slot pool: the CPU path of the engine (the GPU runs the Triton kernels).
 
 Same maths and signatures as `attention_ref` (whose per-request loops stay the readable definition the tests
-compare against), but one padded gather per layer and one pair of batched matmuls per KV head instead of a
-Python loop over requests: requests are padded to the longest KV length and masked.
+compare against), but one padded gather per layer and one fused attention call instead of a Python loop over
+requests: requests are padded to the longest KV length and masked.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 
@@ -15,30 +16,26 @@ def _padded_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: Tensor
                       sm_scale: float, sliding_window: int | None) -> Tensor:
     """q [B, E, Hq, D] at positions q_pos [B, E]; slots [B, L]; kv_len [B] valid KV per row -> [B, E, Hq, D].
 
-    One batched matmul pair per KV head, reading that head's K and V straight out of the gathered [B, L, Hkv, D]
-    rows (a matrix with row stride Hkv * D, which BLAS takes as is), with the G query heads of its group and the
-    E queries stacked as rows. Batching over the heads as well would need K and V copied head-major first, and
-    at batch 20 with 700-token contexts those copies cost more than the gather itself."""
+    One `scaled_dot_product_attention` call (torch's fused CPU flash kernel: fp32 accumulation and softmax for
+    bf16 inputs, like the Triton kernels) with GQA folded into the query rows: the G query heads sharing a KV
+    head become G x E query rows of that head, so K and V are read as the gathered [B, L, Hkv, D] rows viewed
+    head-major, never copied or repeated per query head. Rows of padding (past a request's extend) may come
+    out as NaN; callers drop them."""
     b, e, hq, d = q.shape
     hkv = k_cache.shape[1]
     g = hq // hkv
     length = slots.shape[1]
-    k = k_cache[slots].float()  # [B, L, Hkv, D]
-    v = v_cache[slots].float()
-    qf = q.float().view(b, e, hkv, g, d)
+    flat = slots.reshape(-1)  # index_select, not k_cache[slots]: 2-5x faster for this row gather on the CPU
+    k = k_cache.index_select(0, flat).view(b, length, hkv, d).transpose(1, 2).to(q.dtype)  # [B, Hkv, L, D]
+    v = v_cache.index_select(0, flat).view(b, length, hkv, d).transpose(1, 2).to(q.dtype)
+    rows = q.view(b, e, hkv, g, d).permute(0, 2, 3, 1, 4).reshape(b, hkv, g * e, d)  # row g * E + i
     kv_pos = torch.arange(length, device=q.device)
     mask = (kv_pos[None, None, :] <= q_pos[:, :, None]) & (kv_pos[None, None, :] < kv_len[:, None, None])
     if sliding_window is not None:
         mask &= kv_pos[None, None, :] > (q_pos[:, :, None] - sliding_window)
-    hidden = ~mask[:, None]  # [B, 1, E, L] over the [B, G, E, L] scores of one head
-    out = torch.empty(b, e, hkv, g, d, dtype=torch.float32, device=q.device)
-    for h in range(hkv):
-        qh = qf[:, :, h].transpose(1, 2).reshape(b, g * e, d)  # [B, G*E, D]
-        scores = torch.bmm(qh, k[:, :, h].transpose(1, 2)).view(b, g, e, length).mul_(sm_scale)
-        scores.masked_fill_(hidden, float("-inf"))
-        probs = torch.softmax(scores, dim=-1).nan_to_num_(0.0)  # fully masked (padding) rows give 0
-        out[:, :, h] = torch.bmm(probs.view(b, g * e, length), v[:, :, h]).view(b, g, e, d).transpose(1, 2)
-    return out.view(b, e, hq, d).to(q.dtype)
+    mask = mask[:, None] if g == 1 else mask.repeat(1, g, 1)[:, None]  # [B, 1, G*E, L], every KV head
+    out = F.scaled_dot_product_attention(rows, k, v, attn_mask=mask, scale=sm_scale)  # [B, Hkv, G*E, D]
+    return out.view(b, hkv, g, e, d).permute(0, 3, 1, 2, 4).reshape(b, e, hq, d)
 
 
 def decode_attention_torch(q: Tensor, k_cache: Tensor, v_cache: Tensor, req_to_token: Tensor,

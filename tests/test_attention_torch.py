@@ -49,3 +49,22 @@ def test_batched_torch_attention_equals_reference(prefix, ext, hq, hkv, d, windo
     want = decode_attention_reference(qd, kc, vc, r2t, rpi, seq, scale, window)
     got = decode_attention_torch(qd, kc, vc, r2t, rpi, seq, scale, window)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("prefix,ext,hq,hkv,d,window", CASES)
+def test_bf16_cache_attends_in_fp32(prefix, ext, hq, hkv, d, window):
+    """bf16 q/K/V (the CPU default for bf16 models) give the fp32 reference's output on the same bf16 values, to
+    bf16 precision: scores and softmax accumulate in fp32, as in the Triton kernels."""
+    kc, vc, r2t, rpi, pre, ex, start, g = _setup(prefix, ext, hq, hkv, d, seed=len(prefix) * 5 + d)
+    kc, vc = kc.bfloat16(), vc.bfloat16()
+    q = torch.randn(int(ex.sum()), hq, d, generator=g).bfloat16()
+    scale = d ** -0.5
+    want = extend_attention_reference(q.float(), kc.float(), vc.float(), r2t, rpi, pre, ex, start, scale, window)
+    got = extend_attention_torch(q, kc, vc, r2t, rpi, pre, ex, start, scale, window)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), want, rtol=2e-2, atol=2e-2)
+    seq = pre + torch.clamp(ex, min=1)
+    qd = torch.randn(len(prefix), hq, d, generator=g).bfloat16()
+    want = decode_attention_reference(qd.float(), kc.float(), vc.float(), r2t, rpi, seq, scale, window)
+    got = decode_attention_torch(qd, kc, vc, r2t, rpi, seq, scale, window)
+    torch.testing.assert_close(got.float(), want, rtol=2e-2, atol=2e-2)
