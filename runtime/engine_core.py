@@ -46,6 +46,7 @@ class EngineCounters:
     preemptions: int = 0
     # Wall time of the loop's phases (seconds), to attribute cost (e.g. of constrained decoding).
     forward_seconds: float = 0.0
+    decode_forward_seconds: float = 0.0  # the part of forward_seconds spent in decode-only steps
     grammar_seconds: float = 0.0  # mask filling + matcher advances + jump-forward
     sample_seconds: float = 0.0
 
@@ -179,7 +180,9 @@ class EngineCore:
         logits = self.runner.forward(fb)
         self.scheduler.commit(batch)
         c = self.counters
-        c.forward_seconds += time.perf_counter() - t0
+        elapsed = time.perf_counter() - t0
+        c.forward_seconds += elapsed
+        c.decode_forward_seconds += elapsed if batch.is_decode else 0.0
         c.steps += 1
         c.decode_steps += int(batch.is_decode)
         c.forward_tokens += batch.num_tokens
