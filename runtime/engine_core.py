@@ -46,7 +46,7 @@ class EngineCounters:
     preemptions: int = 0
     # Wall time of the loop's phases (seconds), to attribute cost (e.g. of constrained decoding).
     forward_seconds: float = 0.0
-    decode_forward_seconds: float = 0.0  # the part of forward_seconds spent in decode-only steps
+    decode_forward_seconds: float = 0.0  # the part of forward_seconds in decode steps (every request adds one token)
     grammar_seconds: float = 0.0  # mask filling + matcher advances + jump-forward
     sample_seconds: float = 0.0
 

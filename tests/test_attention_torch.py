@@ -53,7 +53,7 @@ def test_batched_torch_attention_equals_reference(prefix, ext, hq, hkv, d, windo
 
 @pytest.mark.parametrize("prefix,ext,hq,hkv,d,window", CASES)
 def test_bf16_cache_attends_in_fp32(prefix, ext, hq, hkv, d, window):
-    """bf16 q/K/V (the CPU default for bf16 models) give the fp32 reference's output on the same bf16 values, to
+    """bf16 q/K/V (the CPU path with dtype="bfloat16") give the fp32 reference's output on the same bf16 values, to
     bf16 precision: scores and softmax accumulate in fp32, as in the Triton kernels."""
     kc, vc, r2t, rpi, pre, ex, start, g = _setup(prefix, ext, hq, hkv, d, seed=len(prefix) * 5 + d)
     kc, vc = kc.bfloat16(), vc.bfloat16()
