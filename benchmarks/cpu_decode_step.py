@@ -3,13 +3,17 @@
 Each configuration prefills `batch` requests of `context` tokens on one `ModelRunner`, then times decode steps
 (one new token per request, the KV of every earlier token read through the slot pool): the step the engine runs
 for every token of a batch. Run it on two builds to compare them; the table ends with the median step.
+With `--prefill N ...` it times instead one forward of a single N-token prompt (the attention's quadratic part)
+and the growth of the process's peak memory over the loaded model.
 
     python benchmarks/cpu_decode_step.py [--model PATH] [--shapes 1x500 6x500 20x700] [--steps 10] [--dtype float32]
+    python benchmarks/cpu_decode_step.py --prefill 2048 8192
 """
 
 from __future__ import annotations
 
 import argparse
+import resource
 import statistics
 import time
 
@@ -53,6 +57,16 @@ def step_times(runner, batch: int, context: int, steps: int) -> list[float]:
     return out
 
 
+def make_runner(args, max_total_tokens: int, max_running_requests: int):
+    from radixgen.runtime.download import default_model_path
+    from radixgen.runtime.engine_config import EngineConfig
+    from radixgen.runtime.model_runner import ModelRunner
+
+    return ModelRunner(EngineConfig(model_path=args.model or str(default_model_path()), device="cpu",
+                                    dtype=args.dtype, max_total_tokens=max_total_tokens,
+                                    max_running_requests=max_running_requests))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default=None, help="GGUF file or HF folder (default: the downloaded default model)")
@@ -60,23 +74,37 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--prefill", nargs="*", type=int, default=None, help="time one prompt of each length instead")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    from radixgen.runtime.download import default_model_path
-    from radixgen.runtime.engine_config import EngineConfig
-    from radixgen.runtime.model_runner import ModelRunner
-
+    if args.prefill:
+        prefill_table(args)
+        return
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes]
     total = max(b * (c + args.steps + 4) for b, c in shapes) + 64
-    runner = ModelRunner(EngineConfig(model_path=args.model or str(default_model_path()), device="cpu",
-                                      dtype=args.dtype, max_total_tokens=total,
-                                      max_running_requests=max(b for b, _ in shapes)))
+    runner = make_runner(args, total, max(b for b, _ in shapes))
     print(f"{'batch':>5} {'context':>7} {'median step ms':>14} {'min ms':>8} {'tok/s':>8}")
     for batch, context in shapes:
         times = step_times(runner, batch, context, args.steps)
         med = statistics.median(times)
         print(f"{batch:>5} {context:>7} {med * 1e3:>14.1f} {min(times) * 1e3:>8.1f} {batch / med:>8.1f}")
+
+
+def prefill_table(args) -> None:
+    """One forward of a single prompt per length, shortest first (peak memory only grows)."""
+    runner = make_runner(args, max(args.prefill) + 64, 2)
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    print(f"{'prompt':>7} {'forward s':>9} {'tok/s':>8} {'peak RSS growth MB':>18}")
+    for n in sorted(args.prefill):
+        row = runner.req_to_token_pool.alloc()
+        t0 = time.perf_counter()
+        extend(runner, [row], [0], [[1 + (k * 7) % 1000 for k in range(n)]])
+        dt = time.perf_counter() - t0
+        grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024
+        print(f"{n:>7} {dt:>9.2f} {n / dt:>8.1f} {grown:>18.0f}")
+        runner.slot_allocator.free(runner.req_to_token_pool.req_to_token[row, :n].clone())
+        runner.req_to_token_pool.free(row)
 
 
 if __name__ == "__main__":

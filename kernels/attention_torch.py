@@ -12,22 +12,30 @@ import torch.nn.functional as F
 from torch import Tensor
 
 
-def _padded_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: Tensor, q_pos: Tensor, kv_len: Tensor,
-                      sm_scale: float, sliding_window: int | None) -> Tensor:
-    """q [B, E, Hq, D] at positions q_pos [B, E]; slots [B, L]; kv_len [B] valid KV per row -> [B, E, Hq, D].
+QUERY_BLOCK = 512  # a long extend attends in blocks of queries, each over the keys its last query can see
+
+
+def _gather_kv(k_cache: Tensor, v_cache: Tensor, slots: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """K and V rows of slots [B, L] as [B, Hkv, L, D] head-major views of one gathered [B, L, Hkv, D] copy each
+    (`index_select`, not `k_cache[slots]`: 2-5x faster for this row gather on the CPU)."""
+    b, length = slots.shape
+    flat = slots.reshape(-1)
+    k = k_cache.index_select(0, flat).view(b, length, *k_cache.shape[1:]).transpose(1, 2).to(dtype)
+    v = v_cache.index_select(0, flat).view(b, length, *v_cache.shape[1:]).transpose(1, 2).to(dtype)
+    return k, v
+
+
+def _padded_attention(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, kv_len: Tensor, sm_scale: float,
+                      sliding_window: int | None) -> Tensor:
+    """q [B, E, Hq, D] at positions q_pos [B, E] over k, v [B, Hkv, L, D] (kv_len [B] valid) -> [B, E, Hq, D].
 
     One `scaled_dot_product_attention` call (torch's fused CPU flash kernel: fp32 accumulation and softmax for
     bf16 inputs, like the Triton kernels) with GQA folded into the query rows: the G query heads sharing a KV
-    head become G x E query rows of that head, so K and V are read as the gathered [B, L, Hkv, D] rows viewed
-    head-major, never copied or repeated per query head. Rows of padding (past a request's extend) may come
-    out as NaN; callers drop them."""
+    head become G x E query rows of that head, so K and V are never copied or repeated per query head. Rows of
+    padding (past a request's extend) may come out as NaN; callers drop them."""
     b, e, hq, d = q.shape
-    hkv = k_cache.shape[1]
+    hkv, length = k.shape[1], k.shape[2]
     g = hq // hkv
-    length = slots.shape[1]
-    flat = slots.reshape(-1)  # index_select, not k_cache[slots]: 2-5x faster for this row gather on the CPU
-    k = k_cache.index_select(0, flat).view(b, length, hkv, d).transpose(1, 2).to(q.dtype)  # [B, Hkv, L, D]
-    v = v_cache.index_select(0, flat).view(b, length, hkv, d).transpose(1, 2).to(q.dtype)
     rows = q.view(b, e, hkv, g, d).permute(0, 2, 3, 1, 4).reshape(b, hkv, g * e, d)  # row g * E + i
     kv_pos = torch.arange(length, device=q.device)
     mask = (kv_pos[None, None, :] <= q_pos[:, :, None]) & (kv_pos[None, None, :] < kv_len[:, None, None])
@@ -43,10 +51,9 @@ def decode_attention_torch(q: Tensor, k_cache: Tensor, v_cache: Tensor, req_to_t
                            sliding_window: int | None = None, max_seq_len: int | None = None) -> Tensor:
     """q [B, Hq, D], the new token of request b at position seq_lens[b] - 1 -> o [B, Hq, D]."""
     length = int(max_seq_len) if max_seq_len is not None else int(seq_lens.max())
-    slots = req_to_token[req_pool_indices, :length].long()
+    k, v = _gather_kv(k_cache, v_cache, req_to_token[req_pool_indices, :length].long(), q.dtype)
     seq = seq_lens.long()
-    out = _padded_attention(q[:, None], k_cache, v_cache, slots, (seq - 1)[:, None], seq, sm_scale, sliding_window)
-    return out[:, 0]
+    return _padded_attention(q[:, None], k, v, (seq - 1)[:, None], seq, sm_scale, sliding_window)[:, 0]
 
 
 def extend_attention_torch(q: Tensor, k_cache: Tensor, v_cache: Tensor, req_to_token: Tensor,
@@ -76,7 +83,13 @@ def extend_attention_torch(q: Tensor, k_cache: Tensor, v_cache: Tensor, req_to_t
     rows = (start[:, None] + offs[None, :]).clamp(max=q.shape[0] - 1)
     qp = q[rows]  # [M, E, Hq, D]
     seq = pre + ext_m
-    slots = req_to_token[req_pool_indices[multi], : int(seq.max())].long()
-    o = _padded_attention(qp, k_cache, v_cache, slots, pre[:, None] + offs[None, :], seq, sm_scale, sliding_window)
+    k, v = _gather_kv(k_cache, v_cache, req_to_token[req_pool_indices[multi], : int(seq.max())].long(), q.dtype)
+    q_pos = pre[:, None] + offs[None, :]
+    o = torch.empty_like(qp)
+    for s in range(0, e_max, QUERY_BLOCK):  # the fused kernel computes masked scores too: skip the keys no
+        e = min(s + QUERY_BLOCK, e_max)     # query of the block can see (half of a long prompt's attention)
+        visible = int(torch.minimum(seq, pre + e).max())
+        o[:, s:e] = _padded_attention(qp[:, s:e], k[:, :, :visible], v[:, :, :visible], q_pos[:, s:e], seq,
+                                      sm_scale, sliding_window)
     out[rows[valid]] = o[valid]
     return out

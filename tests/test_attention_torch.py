@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from radixgen.kernels.attention_ref import decode_attention_reference, extend_attention_reference
+from radixgen.kernels import attention_torch
 from radixgen.kernels.attention_torch import decode_attention_torch, extend_attention_torch
 
 CASES = [
@@ -68,3 +69,15 @@ def test_bf16_cache_attends_in_fp32(prefix, ext, hq, hkv, d, window):
     want = decode_attention_reference(qd.float(), kc.float(), vc.float(), r2t, rpi, seq, scale, window)
     got = decode_attention_torch(qd, kc, vc, r2t, rpi, seq, scale, window)
     torch.testing.assert_close(got.float(), want, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("block", [1, 3, 8])
+@pytest.mark.parametrize("prefix,ext,hq,hkv,d,window", CASES)
+def test_query_blocks_give_the_reference(prefix, ext, hq, hkv, d, window, block, monkeypatch):
+    """A long extend attends block by block over the keys each block can see: the same output."""
+    monkeypatch.setattr(attention_torch, "QUERY_BLOCK", block)
+    kc, vc, r2t, rpi, pre, ex, start, g = _setup(prefix, ext, hq, hkv, d, seed=len(prefix) * 3 + d)
+    q = torch.randn(int(ex.sum()), hq, d, generator=g)
+    want = extend_attention_reference(q, kc, vc, r2t, rpi, pre, ex, start, d ** -0.5, window)
+    got = extend_attention_torch(q, kc, vc, r2t, rpi, pre, ex, start, d ** -0.5, window)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
