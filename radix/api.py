@@ -77,6 +77,7 @@ class PrefixCache(Protocol):
     """The verbs the scheduler uses; see docs/radix.md for the caller's protocol."""
 
     page_size: int
+    stores_prefixes: bool  # False for NoPrefixCache: nothing inserted is ever matched again
 
     def match_prefix(self, token_ids: IntArray, namespace: Namespace = None) -> MatchResult: ...
 

@@ -15,6 +15,8 @@ from .node import EMPTY_IDS, RadixNode, as_token_ids
 class NoPrefixCache:
     """Caches nothing; counts queries so hit-rate statistics read the same (always 0)."""
 
+    stores_prefixes = False
+
     def __init__(self, page_size: int = 1) -> None:
         if page_size < 1:
             raise ValueError(f"page_size must be >= 1, got {page_size}")

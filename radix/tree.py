@@ -24,6 +24,8 @@ class RadixCache:
     only at page boundaries (so a slot page is never shared by two edges).
     """
 
+    stores_prefixes = True
+
     def __init__(self, page_size: int = 1) -> None:
         if page_size < 1:
             raise ValueError(f"page_size must be >= 1, got {page_size}")

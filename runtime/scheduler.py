@@ -176,8 +176,9 @@ class Scheduler:
                 continue
             m = self._match(req)  # fresh: eviction for earlier admissions may have changed the tree
             # In-queue prefix sharing: if another request is computing a longer shared prefix right now,
-            # wait one step and take it from the cache instead of computing it again.
-            shared = inflight.shared_len(req)
+            # wait one step and take it from the cache instead of computing it again. Without a cache
+            # waiting gains nothing: every request would be admitted one step after the previous one.
+            shared = inflight.shared_len(req) if self.cache.stores_prefixes else 0
             if shared - m.length >= lim.share_defer_threshold:
                 continue
             row = self.req_rows.alloc()

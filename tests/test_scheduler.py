@@ -123,6 +123,16 @@ def test_in_queue_prefix_sharing_defers_duplicates():
     assert sum(computed) < 200 + 4 * 10 + 4 * 4
 
 
+def test_without_a_cache_requests_sharing_a_prefix_are_admitted_together():
+    """Deferring to a cache that stores nothing would admit one request per step (a prefill each)."""
+    s, alloc, tree = make(cache=False, max_prefill=2048, chunk=512)
+    shared = list(range(200))
+    for i in range(4):
+        s.add(req(f"q{i}", shared + [500 + i]))
+    first = s.schedule()
+    assert sorted(it.req.rid for it in first.items) == ["q0", "q1", "q2", "q3"]
+
+
 def test_lpm_orders_by_cached_prefix():
     s, alloc, tree = make(max_running=1, policy="lpm")
     s.add(req("warm", list(range(30)), max_new=1))
