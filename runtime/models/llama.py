@@ -19,7 +19,6 @@ from radixgen.runtime.config import ModelConfig
 from radixgen.runtime.forward_batch import ForwardBatch
 from radixgen.runtime.models.attention import batch_attention
 from torch import nn
-from torch.nn import functional as F
 
 from radixgen import kernels
 
@@ -68,7 +67,7 @@ class LlamaAttention(nn.Module):
     def forward(self, x: torch.Tensor, batch: ForwardBatch, k_cache: torch.Tensor, v_cache: torch.Tensor,
                 cos_sin: torch.Tensor) -> torch.Tensor:
         t = x.shape[0]
-        qkv = F.linear(x, self.qkv_proj, self.qkv_bias)
+        qkv = kernels.linear(x, self.qkv_proj, self.qkv_bias)
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q = q.reshape(t, self.num_heads, self.head_dim)
         k = k.reshape(t, self.num_kv_heads, self.head_dim)
@@ -80,7 +79,7 @@ class LlamaAttention(nn.Module):
         kernels.apply_rotary(q, k, batch.positions, cos_sin, is_neox=True)
         kernels.store_kv(k_cache, v_cache, batch.out_cache_loc, k, v)
         o = batch_attention(q, k_cache, v_cache, batch, self.scale, self.sliding_window)
-        return F.linear(o.reshape(t, self.q_size), self.o_proj, self.o_bias)
+        return kernels.linear(o.reshape(t, self.q_size), self.o_proj, self.o_bias)
 
 
 class LlamaMLP(nn.Module):
@@ -94,8 +93,8 @@ class LlamaMLP(nn.Module):
         self.down_bias = _param(config.hidden_size, **kw) if config.mlp_bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate_up = F.linear(x, self.gate_up_proj, self.gate_up_bias)
-        return F.linear(kernels.silu_and_mul(gate_up), self.down_proj, self.down_bias)
+        gate_up = kernels.linear(x, self.gate_up_proj, self.gate_up_bias)
+        return kernels.linear(kernels.silu_and_mul(gate_up), self.down_proj, self.down_bias)
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -154,7 +153,7 @@ class LlamaForCausalLM(nn.Module):
             h, residual = layer(h, residual, batch, kv_pool.k_buffers[i], kv_pool.v_buffers[i], self.cos_sin_cache)
         rows = batch.logits_indices if batch.logits_indices is not None else batch.last_token_indices()
         x, _ = kernels.fused_add_rmsnorm(h[rows], residual[rows], self.norm, self.config.rms_norm_eps)
-        return F.linear(x, self.lm_head).float()
+        return kernels.linear(x, self.lm_head).float()
 
     def checkpoint_targets(self) -> dict[str, WeightTarget]:
         """Every tensor name a checkpoint (HF naming) must provide -> where it goes in the fused parameters."""

@@ -1,0 +1,42 @@
+"""`kernels.linear`: oneDNN's matmul for fp32 on the CPU (when torch has it), `F.linear` otherwise, same results."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from radixgen import kernels
+from radixgen.kernels import linear_onednn
+
+CASES = [
+    # (input shape, out features, bias, strided input)
+    ((1, 64), 96, False, False),  # one decode row
+    ((20, 576), 960, True, False),
+    ((300, 128), 48, False, True),  # a prefill chunk read out of a wider buffer
+    ((2, 5, 64), 32, True, False),  # leading batch dims
+]
+
+
+@pytest.mark.parametrize("shape,n,bias,strided", CASES)
+def test_fp32_linear_matches_f_linear(shape, n, bias, strided):
+    g = torch.Generator().manual_seed(sum(shape) + n)
+    k = shape[-1]
+    x = torch.randn(*shape[:-1], 2 * k if strided else k, generator=g)[..., :k]
+    w = torch.randn(n, k, generator=g)
+    b = torch.randn(n, generator=g) if bias else None
+    got = kernels.linear(x, w, b)
+    assert got.dtype == torch.float32 and got.shape == (*shape[:-1], n)
+    torch.testing.assert_close(got, F.linear(x, w, b), rtol=1e-5, atol=1e-4)
+
+
+def test_fp32_cpu_takes_onednn_when_available(monkeypatch):
+    calls = []
+    monkeypatch.setattr(linear_onednn, "linear_onednn", lambda *a: calls.append(a) or F.linear(*a))
+    x, w = torch.randn(3, 8), torch.randn(4, 8)
+    kernels.linear(x, w)
+    kernels.linear(x.bfloat16(), w.bfloat16())  # bf16 already runs oneDNN through F.linear
+    assert len(calls) == (1 if linear_onednn.available() else 0)
+    monkeypatch.setenv("RADIXGEN_FORCE_REFERENCE", "1")
+    assert torch.equal(kernels.linear(x, w), F.linear(x, w))
+    assert len(calls) == (1 if linear_onednn.available() else 0)
