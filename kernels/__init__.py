@@ -1,7 +1,8 @@
 """radixgen.kernels: Triton kernels and their torch reference twins, behind one dispatch per op.
 
 Each op `name(...)` runs the Triton kernel when its tensors are on CUDA (and Triton imports) and the torch
-reference otherwise; `name_reference(...)` is always the reference, for tests.
+reference otherwise; `name_reference(...)` is always the reference, for tests. `linear` is `F.linear`, except
+fp32 on the CPU, which runs oneDNN's matmul (`linear_onednn`).
 """
 
 from radixgen.kernels.attention_ref import (
@@ -32,6 +33,7 @@ from radixgen.kernels.rotary_cache import rope_cos_sin_cache, rope_inv_freq
 __all__ = [
     "apply_rotary", "apply_rotary_reference", "apply_token_bitmask", "apply_token_bitmask_reference",
     "decode_attention", "decode_attention_reference", "extend_attention", "extend_attention_reference",
-    "fused_add_rmsnorm", "fused_add_rmsnorm_reference", "linear", "rmsnorm", "rmsnorm_reference", "rope_cos_sin_cache",
-    "rope_inv_freq", "silu_and_mul", "silu_and_mul_reference", "store_kv", "store_kv_reference",
+    "fused_add_rmsnorm", "fused_add_rmsnorm_reference", "linear", "rmsnorm", "rmsnorm_reference",
+    "rope_cos_sin_cache", "rope_inv_freq", "silu_and_mul", "silu_and_mul_reference", "store_kv",
+    "store_kv_reference",
 ]

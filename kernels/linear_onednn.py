@@ -2,7 +2,7 @@
 
 torch runs an fp32 `F.linear` on the CPU as an MKL sgemm. On the 2-core AMD EPYC VM this project is measured on,
 oneDNN's matmul (the primitive torch's inductor calls through `torch.ops.mkldnn._linear_pointwise`) runs the
-model's layers 2-2.7x faster, from one row (a decode step) to hundreds (a prefill); docs/benchmarks.md has the
+model's layers about 2.2x faster, from one row (a decode step) to hundreds (a prefill); docs/benchmarks.md has the
 numbers. bf16 and fp16 already go through oneDNN. The op is internal to torch, so it is probed once and
 `F.linear` stays the fallback.
 """
