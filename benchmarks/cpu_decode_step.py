@@ -4,10 +4,13 @@ Each configuration prefills `batch` requests of `context` tokens on one `ModelRu
 (one new token per request, the KV of every earlier token read through the slot pool): the step the engine runs
 for every token of a batch. Run it on two builds to compare them; the table ends with the median step.
 With `--prefill N ...` it times instead one forward of a single N-token prompt (the attention's quadratic part)
-and the growth of the process's peak memory over the loaded model.
+and the growth of the process's peak memory over the loaded model. With `--shared P` every request's first P
+context tokens are the first request's KV slots, as after a radix-cache hit; `--no-cascade` turns off the CPU
+attention's shared-prefix path for an A/B.
 
     python benchmarks/cpu_decode_step.py [--model PATH] [--shapes 1x500 6x500 20x700] [--steps 10] [--dtype float32]
     python benchmarks/cpu_decode_step.py --prefill 2048 8192
+    python benchmarks/cpu_decode_step.py --shapes 32x1600 --shared 1500 [--no-cascade]
 """
 
 from __future__ import annotations
@@ -37,12 +40,17 @@ def extend(runner, rows: list[int], lens: list[int], tokens: list[list[int]]) ->
     return runner.forward(batch)
 
 
-def step_times(runner, batch: int, context: int, steps: int) -> list[float]:
+def step_times(runner, batch: int, context: int, steps: int, shared: int = 0) -> list[float]:
+    """Median-able decode step times; with `shared`, every request's first `shared` context tokens are the
+    first request's KV slots (a prefix shared through the radix cache)."""
     table = runner.req_to_token_pool
     rows = [table.alloc() for _ in range(batch)]
     lens = [0] * batch
     for i in range(batch):  # prefill one request at a time (the step under test is the decode)
-        extend(runner, rows[i : i + 1], lens[i : i + 1], [[1 + (k * 7 + i) % 1000 for k in range(context)]])
+        if i and shared:
+            table.write(rows[i], 0, table.req_to_token[rows[0], :shared].numpy())
+            lens[i] = shared
+        extend(runner, rows[i : i + 1], [lens[i]], [[1 + (k * 7 + i) % 1000 for k in range(lens[i], context)]])
         lens[i] = context
     for _ in range(2):  # warm-up
         extend(runner, rows, lens, [[5]] * batch)
@@ -51,8 +59,8 @@ def step_times(runner, batch: int, context: int, steps: int) -> list[float]:
         t0 = time.perf_counter()
         extend(runner, rows, lens, [[5]] * batch)
         out.append(time.perf_counter() - t0)
-    for row, n in zip(rows, lens):
-        runner.slot_allocator.free(table.req_to_token[row, :n].clone())
+    for i, (row, n) in enumerate(zip(rows, lens)):
+        runner.slot_allocator.free(table.req_to_token[row, shared if i else 0 : n].clone())
         table.free(row)
     return out
 
@@ -75,18 +83,25 @@ def main() -> None:
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--prefill", nargs="*", type=int, default=None, help="time one prompt of each length instead")
+    ap.add_argument("--shared", type=int, default=0, help="context tokens every request shares with the first")
+    ap.add_argument("--no-cascade", action="store_true", help="read a shared prefix once per request (A/B)")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.no_cascade:
+        from radixgen.kernels import attention_torch
+
+        attention_torch.SHARED_PREFIX_MIN = 1 << 62
     if args.prefill:
         prefill_table(args)
         return
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes]
     total = max(b * (c + args.steps + 4) for b, c in shapes) + 64
     runner = make_runner(args, total, max(b for b, _ in shapes))
+    print(f"shared prefix: {args.shared} tokens (at most context - 1), cascade: {not args.no_cascade}")
     print(f"{'batch':>5} {'context':>7} {'median step ms':>14} {'min ms':>8} {'tok/s':>8}")
     for batch, context in shapes:
-        times = step_times(runner, batch, context, args.steps)
+        times = step_times(runner, batch, context, args.steps, min(args.shared, context - 1))
         med = statistics.median(times)
         print(f"{batch:>5} {context:>7} {med * 1e3:>14.1f} {min(times) * 1e3:>8.1f} {batch / med:>8.1f}")
 

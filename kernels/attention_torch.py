@@ -7,12 +7,17 @@ requests: requests are padded to the longest KV length and masked.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 
 QUERY_BLOCK = 512  # a long extend attends in blocks of queries, each over the keys its last query can see
+# Decode rows whose first keys are the same slots (a prefix shared through the radix cache) read those keys
+# once, as one attention of all the rows' queries, merged with each row's own keys by log-sum-exp (cascade).
+SHARED_PREFIX_MIN = 64
 
 
 def _gather_kv(k_cache: Tensor, v_cache: Tensor, slots: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
@@ -46,13 +51,69 @@ def _padded_attention(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, kv_len: Te
     return out.view(b, hkv, g, e, d).permute(0, 3, 1, 2, 4).reshape(b, e, hq, d)
 
 
+@functools.lru_cache(maxsize=1)
+def _flash_lse_available() -> bool:
+    """Whether torch's CPU flash attention op, which also returns the log-sum-exp, runs here (it is internal)."""
+    try:
+        q = torch.ones(1, 1, 2, 4)
+        _, lse = _flash_with_lse(q, q, q, torch.zeros(1, 1, 1, 2), 1.0)
+        return tuple(lse.shape) == (1, 1, 2)
+    except (AttributeError, RuntimeError, NotImplementedError):
+        return False
+
+
+def _flash_with_lse(rows: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, sm_scale: float) -> tuple[Tensor, Tensor]:
+    """Attention output [..., M, D] and the natural-log log-sum-exp of its scaled scores [..., M]; `mask` is
+    additive, in the query dtype."""
+    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(rows, k, v, 0.0, False, attn_mask=mask,
+                                                                      scale=sm_scale)
+
+
+def _shared_prefix_len(slots: Tensor, seq: Tensor) -> int:
+    """Leading columns of slots [B, L] that every row has in common, leaving each row at least one own key."""
+    limit = int(seq.min()) - 1
+    if slots.shape[0] < 2 or limit <= 0:
+        return 0
+    differs = torch.nonzero((slots[:, :limit] != slots[:1, :limit]).any(0))
+    return int(differs[0]) if len(differs) else limit
+
+
+def _cascade_decode(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: Tensor, seq: Tensor, shared: int,
+                    sm_scale: float) -> Tensor:
+    """Decode attention of q [B, Hq, D] whose rows share their first `shared` slots: those keys are gathered
+    once and attended by all B x G query rows of each KV head in one call; each row's own keys in a second,
+    padded call; the two partial outputs merge by their log-sum-exps."""
+    b, hq, d = q.shape
+    hkv = k_cache.shape[1]
+    g = hq // hkv
+    ks, vs = _gather_kv(k_cache, v_cache, slots[:1, :shared], q.dtype)  # [1, Hkv, P, D]
+    rows = q.view(b, hkv, g, d)
+    out_s, lse_s = _flash_with_lse(rows.transpose(0, 1).reshape(1, hkv, b * g, d), ks, vs, None, sm_scale)
+    kt, vt = _gather_kv(k_cache, v_cache, slots[:, shared:], q.dtype)  # [B, Hkv, L - P, D]
+    own = shared + torch.arange(kt.shape[2], device=q.device)
+    mask = torch.zeros(b, 1, 1, kt.shape[2], dtype=q.dtype, device=q.device)
+    mask.masked_fill_((own[None, :] >= seq[:, None])[:, None, None], float("-inf"))
+    out_t, lse_t = _flash_with_lse(rows, kt, vt, mask, sm_scale)  # [B, Hkv, G, D], [B, Hkv, G]
+    out_s = out_s.view(hkv, b, g, d).transpose(0, 1).float()
+    lse_s = lse_s.view(hkv, b, g).transpose(0, 1).float()
+    top = torch.maximum(lse_s, lse_t.float())
+    w_s = torch.exp(lse_s - top)[..., None]
+    w_t = torch.exp(lse_t.float() - top)[..., None]
+    return ((out_s * w_s + out_t.float() * w_t) / (w_s + w_t)).reshape(b, hq, d).to(q.dtype)
+
+
 def decode_attention_torch(q: Tensor, k_cache: Tensor, v_cache: Tensor, req_to_token: Tensor,
                            req_pool_indices: Tensor, seq_lens: Tensor, sm_scale: float,
                            sliding_window: int | None = None, max_seq_len: int | None = None) -> Tensor:
     """q [B, Hq, D], the new token of request b at position seq_lens[b] - 1 -> o [B, Hq, D]."""
     length = int(max_seq_len) if max_seq_len is not None else int(seq_lens.max())
-    k, v = _gather_kv(k_cache, v_cache, req_to_token[req_pool_indices, :length].long(), q.dtype)
+    slots = req_to_token[req_pool_indices, :length].long()
     seq = seq_lens.long()
+    if sliding_window is None and _flash_lse_available():
+        shared = _shared_prefix_len(slots, seq)
+        if shared >= SHARED_PREFIX_MIN:
+            return _cascade_decode(q, k_cache, v_cache, slots, seq, shared, sm_scale)
+    k, v = _gather_kv(k_cache, v_cache, slots, q.dtype)
     return _padded_attention(q[:, None], k, v, (seq - 1)[:, None], seq, sm_scale, sliding_window)[:, 0]
 
 

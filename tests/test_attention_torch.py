@@ -81,3 +81,43 @@ def test_query_blocks_give_the_reference(prefix, ext, hq, hkv, d, window, block,
     want = extend_attention_reference(q, kc, vc, r2t, rpi, pre, ex, start, d ** -0.5, window)
     got = extend_attention_torch(q, kc, vc, r2t, rpi, pre, ex, start, d ** -0.5, window)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+SHARED_CASES = [
+    # (shared prefix, own lengths after it, q heads, kv heads, head dim, dtype)
+    (40, [1, 5, 17, 3], 9, 3, 64, torch.float32),
+    (7, [2, 2], 4, 4, 32, torch.float32),
+    (70, [1, 30, 9], 8, 2, 16, torch.bfloat16),
+]
+
+
+@pytest.mark.parametrize("shared,own,hq,hkv,d,dtype", SHARED_CASES)
+def test_decode_rows_sharing_a_prefix_read_it_once(shared, own, hq, hkv, d, dtype, monkeypatch):
+    """Rows whose first slots are the same take the cascade path (shared keys once, own keys, merged by
+    log-sum-exp) and give the reference's output; a row whose context is only the shared prefix plus its own
+    last token is included."""
+    if not attention_torch._flash_lse_available():
+        pytest.skip("torch's CPU flash attention with log-sum-exp is not available")
+    monkeypatch.setattr(attention_torch, "SHARED_PREFIX_MIN", 4)
+    taken = []
+    cascade = attention_torch._cascade_decode
+    monkeypatch.setattr(attention_torch, "_cascade_decode", lambda *a: taken.append(a[5]) or cascade(*a))
+    g = torch.Generator().manual_seed(shared + sum(own))
+    total = shared + sum(own) + 4
+    kc = torch.randn(total, hkv, d, generator=g).to(dtype)
+    vc = torch.randn(total, hkv, d, generator=g).to(dtype)
+    perm = torch.randperm(total - 1, generator=g) + 1
+    r2t = torch.zeros(len(own) + 1, 128, dtype=torch.int32)
+    start = shared
+    for i, n in enumerate(own):
+        r2t[i + 1, :shared] = perm[:shared]
+        r2t[i + 1, shared : shared + n] = perm[start : start + n]
+        start += n
+    rpi = torch.arange(1, len(own) + 1)
+    seq = torch.tensor([shared + n for n in own], dtype=torch.int32)
+    q = torch.randn(len(own), hq, d, generator=g).to(dtype)
+    want = decode_attention_reference(q.float(), kc.float(), vc.float(), r2t, rpi, seq, d ** -0.5)
+    got = decode_attention_torch(q, kc, vc, r2t, rpi, seq, d ** -0.5, max_seq_len=int(seq.max()) + 3)
+    assert taken == [shared] and got.dtype == dtype
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(got.float(), want, rtol=tol, atol=tol)
