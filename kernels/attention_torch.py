@@ -15,8 +15,8 @@ from torch import Tensor
 
 
 QUERY_BLOCK = 512  # a long extend attends in blocks of queries, each over the keys its last query can see
-# Decode rows whose first keys are the same slots (a prefix shared through the radix cache) read those keys
-# once, as one attention of all the rows' queries, merged with each row's own keys by log-sum-exp (cascade).
+# Rows whose first keys are the same slots (a prefix shared through the radix cache) read those keys once, as
+# one attention of all the rows' queries, merged with each row's own keys by log-sum-exp (cascade).
 SHARED_PREFIX_MIN = 64
 
 
@@ -69,37 +69,47 @@ def _flash_with_lse(rows: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, sm_
                                                                       scale=sm_scale)
 
 
-def _shared_prefix_len(slots: Tensor, seq: Tensor) -> int:
-    """Leading columns of slots [B, L] that every row has in common, leaving each row at least one own key."""
-    limit = int(seq.min()) - 1
+def _shared_prefix_len(slots: Tensor, limit: int) -> int:
+    """Leading columns of slots [B, L], at most `limit`, that every row has in common."""
     if slots.shape[0] < 2 or limit <= 0:
         return 0
     differs = torch.nonzero((slots[:, :limit] != slots[:1, :limit]).any(0))
     return int(differs[0]) if len(differs) else limit
 
 
-def _cascade_decode(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: Tensor, seq: Tensor, shared: int,
-                    sm_scale: float) -> Tensor:
-    """Decode attention of q [B, Hq, D] whose rows share their first `shared` slots: those keys are gathered
-    once and attended by all B x G query rows of each KV head in one call; each row's own keys in a second,
-    padded call; the two partial outputs merge by their log-sum-exps."""
-    b, hq, d = q.shape
+def _cascade_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: Tensor, q_pos: Tensor, kv_len: Tensor,
+                       shared: int, sm_scale: float) -> Tensor:
+    """Like `_padded_attention` (q [B, E, Hq, D] at q_pos [B, E] over slots [B, L] -> [B, E, Hq, D]) for rows
+    whose first `shared` slots are the same and visible to every query: those keys are gathered once and
+    attended by all B x G x E query rows of each KV head in one call, each row's own keys in a second, padded
+    call, and the two partial outputs merge by their log-sum-exps."""
+    b, e, hq, d = q.shape
     hkv = k_cache.shape[1]
     g = hq // hkv
+    rows = q.view(b, e, hkv, g, d).permute(0, 2, 3, 1, 4)  # [B, Hkv, G, E, D]: row g * E + i of a head
     ks, vs = _gather_kv(k_cache, v_cache, slots[:1, :shared], q.dtype)  # [1, Hkv, P, D]
-    rows = q.view(b, hkv, g, d)
-    out_s, lse_s = _flash_with_lse(rows.transpose(0, 1).reshape(1, hkv, b * g, d), ks, vs, None, sm_scale)
+    out_s, lse_s = _flash_with_lse(rows.transpose(0, 1).reshape(1, hkv, b * g * e, d), ks, vs, None, sm_scale)
     kt, vt = _gather_kv(k_cache, v_cache, slots[:, shared:], q.dtype)  # [B, Hkv, L - P, D]
     own = shared + torch.arange(kt.shape[2], device=q.device)
-    mask = torch.zeros(b, 1, 1, kt.shape[2], dtype=q.dtype, device=q.device)
-    mask.masked_fill_((own[None, :] >= seq[:, None])[:, None, None], float("-inf"))
-    out_t, lse_t = _flash_with_lse(rows, kt, vt, mask, sm_scale)  # [B, Hkv, G, D], [B, Hkv, G]
-    out_s = out_s.view(hkv, b, g, d).transpose(0, 1).float()
-    lse_s = lse_s.view(hkv, b, g).transpose(0, 1).float()
+    hidden = (own[None, None, :] > q_pos[:, :, None]) | (own[None, None, :] >= kv_len[:, None, None])  # [B, E, L-P]
+    mask = torch.zeros(b, 1, g * e, kt.shape[2], dtype=q.dtype, device=q.device)
+    mask.masked_fill_(hidden.repeat(1, g, 1)[:, None], float("-inf"))
+    out_t, lse_t = _flash_with_lse(rows.reshape(b, hkv, g * e, d), kt, vt, mask, sm_scale)
+    out_s = out_s.view(hkv, b, g * e, d).transpose(0, 1).float()
+    lse_s = lse_s.view(hkv, b, g * e).transpose(0, 1).float()
     top = torch.maximum(lse_s, lse_t.float())
     w_s = torch.exp(lse_s - top)[..., None]
     w_t = torch.exp(lse_t.float() - top)[..., None]
-    return ((out_s * w_s + out_t.float() * w_t) / (w_s + w_t)).reshape(b, hq, d).to(q.dtype)
+    out = (out_s * w_s + out_t.float() * w_t) / (w_s + w_t)  # [B, Hkv, G*E, D]
+    return out.view(b, hkv, g, e, d).permute(0, 3, 1, 2, 4).reshape(b, e, hq, d).to(q.dtype)
+
+
+def _use_cascade(slots: Tensor, limit: int, sliding_window: int | None) -> int:
+    """The shared prefix to read once (0: take the padded path)."""
+    if sliding_window is not None or not _flash_lse_available():
+        return 0
+    shared = _shared_prefix_len(slots, limit)
+    return shared if shared >= SHARED_PREFIX_MIN else 0
 
 
 def decode_attention_torch(q: Tensor, k_cache: Tensor, v_cache: Tensor, req_to_token: Tensor,
@@ -109,10 +119,10 @@ def decode_attention_torch(q: Tensor, k_cache: Tensor, v_cache: Tensor, req_to_t
     length = int(max_seq_len) if max_seq_len is not None else int(seq_lens.max())
     slots = req_to_token[req_pool_indices, :length].long()
     seq = seq_lens.long()
-    if sliding_window is None and _flash_lse_available():
-        shared = _shared_prefix_len(slots, seq)
-        if shared >= SHARED_PREFIX_MIN:
-            return _cascade_decode(q, k_cache, v_cache, slots, seq, shared, sm_scale)
+    shared = _use_cascade(slots, int(seq.min()) - 1, sliding_window)  # each row keeps its own last key
+    if shared:
+        return _cascade_attention(q[:, None], k_cache, v_cache, slots, (seq - 1)[:, None], seq, shared,
+                                  sm_scale)[:, 0]
     k, v = _gather_kv(k_cache, v_cache, slots, q.dtype)
     return _padded_attention(q[:, None], k, v, (seq - 1)[:, None], seq, sm_scale, sliding_window)[:, 0]
 
@@ -144,8 +154,14 @@ def extend_attention_torch(q: Tensor, k_cache: Tensor, v_cache: Tensor, req_to_t
     rows = (start[:, None] + offs[None, :]).clamp(max=q.shape[0] - 1)
     qp = q[rows]  # [M, E, Hq, D]
     seq = pre + ext_m
-    k, v = _gather_kv(k_cache, v_cache, req_to_token[req_pool_indices[multi], : int(seq.max())].long(), q.dtype)
+    slots = req_to_token[req_pool_indices[multi], : int(seq.max())].long()
     q_pos = pre[:, None] + offs[None, :]
+    shared = _use_cascade(slots, int(pre.min()), sliding_window) if e_max <= QUERY_BLOCK else 0
+    if shared:  # a prefix cached for all these requests: every new token sees all of it
+        o = _cascade_attention(qp, k_cache, v_cache, slots, q_pos, seq, shared, sm_scale)
+        out[rows[valid]] = o[valid]
+        return out
+    k, v = _gather_kv(k_cache, v_cache, slots, q.dtype)
     o = torch.empty_like(qp)
     for s in range(0, e_max, QUERY_BLOCK):  # the fused kernel computes masked scores too: skip the keys no
         e = min(s + QUERY_BLOCK, e_max)     # query of the block can see (half of a long prompt's attention)

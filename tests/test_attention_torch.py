@@ -100,8 +100,8 @@ def test_decode_rows_sharing_a_prefix_read_it_once(shared, own, hq, hkv, d, dtyp
         pytest.skip("torch's CPU flash attention with log-sum-exp is not available")
     monkeypatch.setattr(attention_torch, "SHARED_PREFIX_MIN", 4)
     taken = []
-    cascade = attention_torch._cascade_decode
-    monkeypatch.setattr(attention_torch, "_cascade_decode", lambda *a: taken.append(a[5]) or cascade(*a))
+    cascade = attention_torch._cascade_attention
+    monkeypatch.setattr(attention_torch, "_cascade_attention", lambda *a: taken.append(a[6]) or cascade(*a))
     g = torch.Generator().manual_seed(shared + sum(own))
     total = shared + sum(own) + 4
     kc = torch.randn(total, hkv, d, generator=g).to(dtype)
@@ -119,5 +119,45 @@ def test_decode_rows_sharing_a_prefix_read_it_once(shared, own, hq, hkv, d, dtyp
     want = decode_attention_reference(q.float(), kc.float(), vc.float(), r2t, rpi, seq, d ** -0.5)
     got = decode_attention_torch(q, kc, vc, r2t, rpi, seq, d ** -0.5, max_seq_len=int(seq.max()) + 3)
     assert taken == [shared] and got.dtype == dtype
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(got.float(), want, rtol=tol, atol=tol)
+
+
+EXTEND_SHARED_CASES = [
+    # (shared cached prefix, own cached tokens after it, extend lengths, q heads, kv heads, head dim, dtype)
+    (30, [0, 4, 9], [5, 2, 12], 9, 3, 64, torch.float32),
+    (12, [3, 0], [7, 7], 4, 1, 16, torch.float32),
+    (40, [0, 2, 1], [6, 3, 2], 8, 2, 32, torch.bfloat16),
+]
+
+
+@pytest.mark.parametrize("shared,cached,ext,hq,hkv,d,dtype", EXTEND_SHARED_CASES)
+def test_extends_over_a_shared_cached_prefix_read_it_once(shared, cached, ext, hq, hkv, d, dtype, monkeypatch):
+    if not attention_torch._flash_lse_available():
+        pytest.skip("torch's CPU flash attention with log-sum-exp is not available")
+    monkeypatch.setattr(attention_torch, "SHARED_PREFIX_MIN", 4)
+    taken = []
+    cascade = attention_torch._cascade_attention
+    monkeypatch.setattr(attention_torch, "_cascade_attention", lambda *a: taken.append(a[6]) or cascade(*a))
+    g = torch.Generator().manual_seed(shared + sum(ext))
+    total = shared + sum(cached) + sum(ext) + 4
+    kc = torch.randn(total, hkv, d, generator=g).to(dtype)
+    vc = torch.randn(total, hkv, d, generator=g).to(dtype)
+    perm = torch.randperm(total - 1, generator=g) + 1
+    r2t = torch.zeros(len(ext) + 2, 128, dtype=torch.int32)
+    nxt = shared
+    for i, (c, n) in enumerate(zip(cached, ext)):
+        r2t[i + 2, :shared] = perm[:shared]
+        r2t[i + 2, shared : shared + c + n] = perm[nxt : nxt + c + n]
+        nxt += c + n
+    rpi = torch.arange(2, len(ext) + 2)
+    pre = torch.tensor([shared + c for c in cached], dtype=torch.int32)
+    ex = torch.tensor(ext, dtype=torch.int32)
+    start = torch.zeros(len(ext), dtype=torch.int32)
+    start[1:] = torch.cumsum(ex, 0)[:-1]
+    q = torch.randn(int(ex.sum()), hq, d, generator=g).to(dtype)
+    want = extend_attention_reference(q.float(), kc.float(), vc.float(), r2t, rpi, pre, ex, start, d ** -0.5)
+    got = extend_attention_torch(q, kc, vc, r2t, rpi, pre, ex, start, d ** -0.5)
+    assert shared in taken and got.dtype == dtype
     tol = 1e-5 if dtype == torch.float32 else 2e-2
     torch.testing.assert_close(got.float(), want, rtol=tol, atol=tol)
