@@ -105,8 +105,9 @@ def _cascade_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: Tenso
 
 
 def _use_cascade(slots: Tensor, limit: int, sliding_window: int | None) -> int:
-    """The shared prefix to read once (0: take the padded path)."""
-    if sliding_window is not None or not _flash_lse_available():
+    """The shared prefix to read once (0: take the padded path). CPU only: the op returning the log-sum-exp is
+    the CPU flash kernel (CUDA tensors reach this file only for head dims the Triton kernels do not take)."""
+    if slots.device.type != "cpu" or sliding_window is not None or not _flash_lse_available():
         return 0
     shared = _shared_prefix_len(slots, limit)
     return shared if shared >= SHARED_PREFIX_MIN else 0
