@@ -1,4 +1,5 @@
-"""fp32 linear layers on the CPU: `F.linear` (MKL's sgemm) against `kernels.linear` (oneDNN's matmul).
+"""fp32 linear layers on the CPU: `F.linear` (MKL's sgemm) against oneDNN's matmul, and what `kernels.linear`
+picks here (oneDNN on AMD processors, where MKL takes a slow path; MKL elsewhere).
 
 The weights of `--layers` layers of the default model's MLP shape are cycled, so each matmul reads its weight
 from memory as in a forward pass (not from cache); rows = tokens in the step (1 for a batch-1 decode step).
@@ -36,15 +37,16 @@ def main() -> None:
     ap.add_argument("--in", dest="inp", type=int, default=576)
     args = ap.parse_args()
     weights = [torch.randn(args.out, args.inp) for _ in range(args.layers)]
-    print(f"oneDNN fp32 linear available: {linear_onednn.available()}; torch {torch.__version__}, "
+    print(f"CPU vendor {linear_onednn.cpu_vendor() or '?'}; oneDNN fp32 linear runs: {linear_onednn.runs()}, "
+          f"kernels.linear uses it: {linear_onednn.available()}; torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads; {args.layers} x [{args.out}, {args.inp}] fp32 weights")
-    print(f"{'rows':>5} {'F.linear ms':>12} {'kernels.linear ms':>18} {'speedup':>8} {'GB/s (ours)':>12}")
-    nbytes = args.layers * args.out * args.inp * 4
+    print(f"{'rows':>5} {'F.linear ms':>12} {'oneDNN ms':>10} {'oneDNN x':>9} {'kernels.linear ms':>18}")
     for m in args.rows:
         x = torch.randn(m, args.inp)
         ref = best_ms(F.linear, weights, x)
+        onednn = best_ms(linear_onednn.linear_onednn, weights, x) if linear_onednn.runs() else float("nan")
         ours = best_ms(kernels.linear, weights, x)
-        print(f"{m:>5} {ref:>12.1f} {ours:>18.1f} {ref / ours:>7.2f}x {nbytes / ours / 1e6:>12.1f}")
+        print(f"{m:>5} {ref:>12.1f} {onednn:>10.1f} {ref / onednn:>8.2f}x {ours:>18.1f}")
 
 
 if __name__ == "__main__":

@@ -59,8 +59,8 @@ def _supported_head_dim(head_dim: int) -> bool:
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    """x @ weight.T (+ bias): `F.linear`, except fp32 on the CPU, which runs oneDNN's matmul where torch has it
-    (about 2.2x MKL's sgemm on this project's AMD CPU; RADIXGEN_FORCE_REFERENCE=1 keeps `F.linear`)."""
+    """x @ weight.T (+ bias): `F.linear`, except fp32 on an AMD CPU, which runs oneDNN's matmul where torch has it
+    (about 2.2x MKL's sgemm there; RADIXGEN_FORCE_REFERENCE=1 keeps `F.linear`)."""
     if (x.dtype == torch.float32 and x.device.type == "cpu" and os.environ.get(FORCE_REFERENCE_ENV) != "1"
             and linear_onednn.available()):
         return linear_onednn.linear_onednn(x, weight, bias)

@@ -1,10 +1,11 @@
 """fp32 linear layers on the CPU through oneDNN's matmul instead of MKL's sgemm.
 
-torch runs an fp32 `F.linear` on the CPU as an MKL sgemm. On the 2-core AMD EPYC VM this project is measured on,
-oneDNN's matmul (the primitive torch's inductor calls through `torch.ops.mkldnn._linear_pointwise`) runs the
-model's layers about 2.2x faster, from one row (a decode step) to hundreds (a prefill); docs/benchmarks.md has the
-numbers. bf16 and fp16 already go through oneDNN. The op is internal to torch, so it is probed once and
-`F.linear` stays the fallback.
+torch runs an fp32 `F.linear` on the CPU as an MKL sgemm. MKL takes a slow path on AMD processors: on the 2-core
+AMD EPYC VM this project is measured on, oneDNN's matmul (the primitive torch's inductor calls through
+`torch.ops.mkldnn._linear_pointwise`) runs the model's layers about 2.2x faster, from one row (a decode step) to
+hundreds (a prefill). On an Intel Xeon (the H200 host) MKL is the faster one (oneDNN at 0.75-0.92x), so only AMD
+processors take this path; docs/benchmarks.md has the numbers. bf16 and fp16 already go through oneDNN. The op is
+internal to torch, so it is probed once and `F.linear` stays the fallback.
 """
 
 from __future__ import annotations
@@ -15,9 +16,33 @@ import torch
 from torch import Tensor
 
 
+AMD_VENDORS = ("AuthenticAMD", "HygonGenuine")  # x86 vendors for which MKL does not select its fast kernels
+
+
+def cpu_vendor() -> str:
+    """The x86 `vendor_id` of /proc/cpuinfo ("" where there is none: another OS or architecture)."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
 @functools.lru_cache(maxsize=1)
 def available() -> bool:
-    """Whether this torch build runs oneDNN's fp32 linear (probed on a tiny input, once per process)."""
+    """Whether fp32 linears should run oneDNN here: an AMD processor and a torch build whose oneDNN linear runs
+    (probed on a tiny input, once per process)."""
+    if cpu_vendor() not in AMD_VENDORS:
+        return False
+    return runs()
+
+
+@functools.lru_cache(maxsize=1)
+def runs() -> bool:
+    """Whether this torch build runs oneDNN's fp32 linear at all."""
     try:
         if not torch.backends.mkldnn.is_available():
             return False

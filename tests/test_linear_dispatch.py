@@ -1,4 +1,4 @@
-"""`kernels.linear`: oneDNN's matmul for fp32 on the CPU (when torch has it), `F.linear` otherwise, same results."""
+"""`kernels.linear`: oneDNN's matmul for fp32 on an AMD CPU (when torch has it), `F.linear` otherwise; same results."""
 
 from __future__ import annotations
 
@@ -18,14 +18,19 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("impl", ["dispatch", "onednn"])
 @pytest.mark.parametrize("shape,n,bias,strided", CASES)
-def test_fp32_linear_matches_f_linear(shape, n, bias, strided):
+def test_fp32_linear_matches_f_linear(shape, n, bias, strided, impl):
+    """`kernels.linear` (whatever it picks on this CPU) and the oneDNN path itself (wherever it runs)."""
+    if impl == "onednn" and not linear_onednn.runs():
+        pytest.skip("this torch build has no oneDNN fp32 linear")
+    linear = kernels.linear if impl == "dispatch" else linear_onednn.linear_onednn
     g = torch.Generator().manual_seed(sum(shape) + n)
     k = shape[-1]
     x = torch.randn(*shape[:-1], 2 * k if strided else k, generator=g)[..., :k]
     w = torch.randn(n, k, generator=g)
     b = torch.randn(n, generator=g) if bias else None
-    got = kernels.linear(x, w, b)
+    got = linear(x, w, b)
     assert got.dtype == torch.float32 and got.shape == (*shape[:-1], n)
     torch.testing.assert_close(got, F.linear(x, w, b), rtol=1e-5, atol=1e-4)
 
@@ -40,3 +45,13 @@ def test_fp32_cpu_takes_onednn_when_available(monkeypatch):
     monkeypatch.setenv("RADIXGEN_FORCE_REFERENCE", "1")
     assert torch.equal(kernels.linear(x, w), F.linear(x, w))
     assert len(calls) == (1 if linear_onednn.available() else 0)
+
+
+@pytest.mark.parametrize("vendor,expected", [("AuthenticAMD", True), ("GenuineIntel", False), ("", False)])
+def test_onednn_only_where_mkl_is_slow(vendor, expected, monkeypatch):
+    monkeypatch.setattr(linear_onednn, "cpu_vendor", lambda: vendor)
+    linear_onednn.available.cache_clear()
+    try:
+        assert linear_onednn.available() == (expected and linear_onednn.runs())
+    finally:
+        linear_onednn.available.cache_clear()
