@@ -24,8 +24,14 @@ REAL = verify.cases("real")
 
 @pytest.fixture(scope="module")
 def interpreted() -> dict:
-    """Run the small table under the Triton interpreter in a child process; returns case id -> result."""
+    """Run the small table under the Triton interpreter in a child process; returns case id -> result.
+
+    Skipped where CUDA is available: the GPU runs the same small table compiled (and the real one), and the GPU
+    image's Triton 3.6 interpreter cannot run some cases (no bf16 scalar constants, 'get_bf16'; numpy 2.5's
+    refusal to turn 1-element arrays into scalars), which Triton 3.9 on the CPU runs."""
     pytest.importorskip("triton")
+    if torch.cuda.is_available():
+        pytest.skip("CUDA present: this table runs compiled in test_triton_cuda_matches_reference")
     env = dict(os.environ, TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")
     proc = subprocess.run([sys.executable, "-m", "radixgen.kernels.verify", "--size", "small", "--device", "cpu",
                            "--json"], capture_output=True, text=True, env=env, timeout=600, check=False)
