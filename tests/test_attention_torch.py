@@ -83,6 +83,33 @@ def test_query_blocks_give_the_reference(prefix, ext, hq, hkv, d, window, block,
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.fixture
+def cascade_calls(monkeypatch) -> list[int]:
+    """The shared-prefix lengths the cascade path is called with (threshold lowered to 4 for small cases)."""
+    if not attention_torch._flash_lse_available():
+        pytest.skip("torch's CPU flash attention with log-sum-exp is not available")
+    monkeypatch.setattr(attention_torch, "SHARED_PREFIX_MIN", 4)
+    taken: list[int] = []
+    cascade = attention_torch._cascade_attention
+    monkeypatch.setattr(attention_torch, "_cascade_attention", lambda *a: taken.append(a[6]) or cascade(*a))
+    return taken
+
+
+def _shared_pool(shared: int, own: list[int], hkv: int, d: int, dtype: torch.dtype, g: torch.Generator):
+    """A K/V pool and request rows 1..B whose first `shared` slots are the same and whose next own[i] differ."""
+    total = shared + sum(own) + 4
+    kc = torch.randn(total, hkv, d, generator=g).to(dtype)
+    vc = torch.randn(total, hkv, d, generator=g).to(dtype)
+    perm = torch.randperm(total - 1, generator=g) + 1
+    r2t = torch.zeros(len(own) + 1, 128, dtype=torch.int32)
+    nxt = shared
+    for i, n in enumerate(own):
+        r2t[i + 1, :shared] = perm[:shared]
+        r2t[i + 1, shared : shared + n] = perm[nxt : nxt + n]
+        nxt += n
+    return kc, vc, r2t, torch.arange(1, len(own) + 1)
+
+
 SHARED_CASES = [
     # (shared prefix, own lengths after it, q heads, kv heads, head dim, dtype)
     (40, [1, 5, 17, 3], 9, 3, 64, torch.float32),
@@ -92,33 +119,17 @@ SHARED_CASES = [
 
 
 @pytest.mark.parametrize("shared,own,hq,hkv,d,dtype", SHARED_CASES)
-def test_decode_rows_sharing_a_prefix_read_it_once(shared, own, hq, hkv, d, dtype, monkeypatch):
+def test_decode_rows_sharing_a_prefix_read_it_once(shared, own, hq, hkv, d, dtype, cascade_calls):
     """Rows whose first slots are the same take the cascade path (shared keys once, own keys, merged by
     log-sum-exp) and give the reference's output; a row whose context is only the shared prefix plus its own
     last token is included."""
-    if not attention_torch._flash_lse_available():
-        pytest.skip("torch's CPU flash attention with log-sum-exp is not available")
-    monkeypatch.setattr(attention_torch, "SHARED_PREFIX_MIN", 4)
-    taken = []
-    cascade = attention_torch._cascade_attention
-    monkeypatch.setattr(attention_torch, "_cascade_attention", lambda *a: taken.append(a[6]) or cascade(*a))
     g = torch.Generator().manual_seed(shared + sum(own))
-    total = shared + sum(own) + 4
-    kc = torch.randn(total, hkv, d, generator=g).to(dtype)
-    vc = torch.randn(total, hkv, d, generator=g).to(dtype)
-    perm = torch.randperm(total - 1, generator=g) + 1
-    r2t = torch.zeros(len(own) + 1, 128, dtype=torch.int32)
-    start = shared
-    for i, n in enumerate(own):
-        r2t[i + 1, :shared] = perm[:shared]
-        r2t[i + 1, shared : shared + n] = perm[start : start + n]
-        start += n
-    rpi = torch.arange(1, len(own) + 1)
+    kc, vc, r2t, rpi = _shared_pool(shared, own, hkv, d, dtype, g)
     seq = torch.tensor([shared + n for n in own], dtype=torch.int32)
     q = torch.randn(len(own), hq, d, generator=g).to(dtype)
     want = decode_attention_reference(q.float(), kc.float(), vc.float(), r2t, rpi, seq, d ** -0.5)
     got = decode_attention_torch(q, kc, vc, r2t, rpi, seq, d ** -0.5, max_seq_len=int(seq.max()) + 3)
-    assert taken == [shared] and got.dtype == dtype
+    assert cascade_calls == [shared] and got.dtype == dtype
     tol = 1e-5 if dtype == torch.float32 else 2e-2
     torch.testing.assert_close(got.float(), want, rtol=tol, atol=tol)
 
@@ -132,25 +143,9 @@ EXTEND_SHARED_CASES = [
 
 
 @pytest.mark.parametrize("shared,cached,ext,hq,hkv,d,dtype", EXTEND_SHARED_CASES)
-def test_extends_over_a_shared_cached_prefix_read_it_once(shared, cached, ext, hq, hkv, d, dtype, monkeypatch):
-    if not attention_torch._flash_lse_available():
-        pytest.skip("torch's CPU flash attention with log-sum-exp is not available")
-    monkeypatch.setattr(attention_torch, "SHARED_PREFIX_MIN", 4)
-    taken = []
-    cascade = attention_torch._cascade_attention
-    monkeypatch.setattr(attention_torch, "_cascade_attention", lambda *a: taken.append(a[6]) or cascade(*a))
+def test_extends_over_a_shared_cached_prefix_read_it_once(shared, cached, ext, hq, hkv, d, dtype, cascade_calls):
     g = torch.Generator().manual_seed(shared + sum(ext))
-    total = shared + sum(cached) + sum(ext) + 4
-    kc = torch.randn(total, hkv, d, generator=g).to(dtype)
-    vc = torch.randn(total, hkv, d, generator=g).to(dtype)
-    perm = torch.randperm(total - 1, generator=g) + 1
-    r2t = torch.zeros(len(ext) + 2, 128, dtype=torch.int32)
-    nxt = shared
-    for i, (c, n) in enumerate(zip(cached, ext)):
-        r2t[i + 2, :shared] = perm[:shared]
-        r2t[i + 2, shared : shared + c + n] = perm[nxt : nxt + c + n]
-        nxt += c + n
-    rpi = torch.arange(2, len(ext) + 2)
+    kc, vc, r2t, rpi = _shared_pool(shared, [c + n for c, n in zip(cached, ext)], hkv, d, dtype, g)
     pre = torch.tensor([shared + c for c in cached], dtype=torch.int32)
     ex = torch.tensor(ext, dtype=torch.int32)
     start = torch.zeros(len(ext), dtype=torch.int32)
@@ -158,6 +153,6 @@ def test_extends_over_a_shared_cached_prefix_read_it_once(shared, cached, ext, h
     q = torch.randn(int(ex.sum()), hq, d, generator=g).to(dtype)
     want = extend_attention_reference(q.float(), kc.float(), vc.float(), r2t, rpi, pre, ex, start, d ** -0.5)
     got = extend_attention_torch(q, kc, vc, r2t, rpi, pre, ex, start, d ** -0.5)
-    assert shared in taken and got.dtype == dtype
+    assert shared in cascade_calls and got.dtype == dtype
     tol = 1e-5 if dtype == torch.float32 else 2e-2
     torch.testing.assert_close(got.float(), want, rtol=tol, atol=tol)
