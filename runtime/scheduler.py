@@ -164,7 +164,7 @@ class Scheduler:
             for req in order:
                 matches[req.rid] = self._match(req)
             order.sort(key=lambda r: -matches[r.rid].length)
-        inflight = _InflightPrefixes()
+        inflight = _InflightPrefixes(enabled=self.cache.stores_prefixes)
         for r in self.running:
             if r.remaining > 1:
                 inflight.add(r)
@@ -176,9 +176,8 @@ class Scheduler:
                 continue
             m = self._match(req)  # fresh: eviction for earlier admissions may have changed the tree
             # In-queue prefix sharing: if another request is computing a longer shared prefix right now,
-            # wait one step and take it from the cache instead of computing it again. Without a cache
-            # waiting gains nothing: every request would be admitted one step after the previous one.
-            shared = inflight.shared_len(req) if self.cache.stores_prefixes else 0
+            # wait one step and take it from the cache instead of computing it again.
+            shared = inflight.shared_len(req)
             if shared - m.length >= lim.share_defer_threshold:
                 continue
             row = self.req_rows.alloc()
@@ -291,13 +290,18 @@ class Scheduler:
 
 
 class _InflightPrefixes:
-    """Token sequences being computed this step, to detect waiting requests that share their prefix."""
+    """Token sequences being computed this step, to detect waiting requests that share their prefix.
 
-    def __init__(self) -> None:
+    Disabled (records nothing, shares nothing) when the cache stores nothing: waiting would then gain nothing,
+    and every request sharing a prefix would be admitted one step after the previous one."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self._enabled = enabled
         self._seqs: list[tuple[object, np.ndarray]] = []
 
     def add(self, req: Req) -> None:
-        self._seqs.append((req.namespace, req.fill_ids()))
+        if self._enabled:
+            self._seqs.append((req.namespace, req.fill_ids()))
 
     def shared_len(self, req: Req) -> int:
         ids = req.fill_ids()
