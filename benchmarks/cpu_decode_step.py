@@ -6,7 +6,7 @@ for every token of a batch. Run it on two builds to compare them; the table ends
 With `--prefill N ...` it times instead one forward of a single N-token prompt (the attention's quadratic part)
 and the growth of the process's peak memory over the loaded model. With `--shared P` every request's first P
 context tokens are the first request's KV slots, as after a radix-cache hit; `--no-cascade` turns off the CPU
-attention's shared-prefix path for an A/B.
+attention's shared-prefix path for an A/B, `--no-kv-copies` the per-layer K/V copies decode steps carry.
 
     python benchmarks/cpu_decode_step.py [--model PATH] [--shapes 1x500 6x500 20x700] [--steps 10] [--dtype float32]
     python benchmarks/cpu_decode_step.py --prefill 2048 8192
@@ -85,6 +85,8 @@ def main() -> None:
     ap.add_argument("--prefill", nargs="*", type=int, default=None, help="time one prompt of each length instead")
     ap.add_argument("--shared", type=int, default=0, help="context tokens every request shares with the first")
     ap.add_argument("--no-cascade", action="store_true", help="read a shared prefix once per request (A/B)")
+    ap.add_argument("--no-kv-copies", action="store_true",
+                    help="gather every context from the pool at each step instead of carrying the batch's K/V (A/B)")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -98,7 +100,10 @@ def main() -> None:
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes]
     total = max(b * (c + args.steps + 4) for b, c in shapes) + 64
     runner = make_runner(args, total, max(b for b, _ in shapes))
-    print(f"shared prefix: {args.shared} tokens (at most context - 1), cascade: {not args.no_cascade}")
+    if args.no_kv_copies:
+        runner.decode_kv_copies = None
+    print(f"shared prefix: {args.shared} tokens (at most context - 1), cascade: {not args.no_cascade}, "
+          f"K/V copies across steps: {runner.decode_kv_copies is not None}")
     print(f"{'batch':>5} {'context':>7} {'median step ms':>14} {'min ms':>8} {'tok/s':>8}")
     for batch, context in shapes:
         times = step_times(runner, batch, context, args.steps, min(args.shared, context - 1))

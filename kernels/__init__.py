@@ -2,7 +2,8 @@
 
 Each op `name(...)` runs the Triton kernel when its tensors are on CUDA (and Triton imports) and the torch
 reference otherwise; `name_reference(...)` is always the reference, for tests. `linear` is `F.linear`, except
-fp32 on the CPU, which runs oneDNN's matmul (`linear_onednn`).
+fp32 on the CPU, which runs oneDNN's matmul (`linear_onednn`). `decode_attention_torch` with a `DecodeKVCopy`
+is the CPU decode over per-request K/V copies the caller carries across steps (no twin: it is CPU-only state).
 """
 
 from radixgen.kernels.attention_ref import (
@@ -10,6 +11,7 @@ from radixgen.kernels.attention_ref import (
     extend_attention_reference,
     store_kv_reference,
 )
+from radixgen.kernels.attention_torch import DecodeKVCopy, cascade_prefix_len, decode_attention_torch
 from radixgen.kernels.dispatch import (
     apply_rotary,
     apply_token_bitmask,
@@ -31,6 +33,7 @@ from radixgen.kernels.elementwise_ref import (
 from radixgen.kernels.rotary_cache import rope_cos_sin_cache, rope_inv_freq
 
 __all__ = [
+    "DecodeKVCopy", "cascade_prefix_len", "decode_attention_torch",
     "apply_rotary", "apply_rotary_reference", "apply_token_bitmask", "apply_token_bitmask_reference",
     "decode_attention", "decode_attention_reference", "extend_attention", "extend_attention_reference",
     "fused_add_rmsnorm", "fused_add_rmsnorm_reference", "linear", "rmsnorm", "rmsnorm_reference",

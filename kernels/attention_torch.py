@@ -8,6 +8,7 @@ requests: requests are padded to the longest KV length and masked.
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -77,19 +78,17 @@ def _shared_prefix_len(slots: Tensor, limit: int) -> int:
     return int(differs[0]) if len(differs) else limit
 
 
-def _cascade_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: Tensor, q_pos: Tensor, kv_len: Tensor,
+def _cascade_attention(q: Tensor, ks: Tensor, vs: Tensor, kt: Tensor, vt: Tensor, q_pos: Tensor, kv_len: Tensor,
                        shared: int, sm_scale: float) -> Tensor:
-    """Like `_padded_attention` (q [B, E, Hq, D] at q_pos [B, E] over slots [B, L] -> [B, E, Hq, D]) for rows
-    whose first `shared` slots are the same and visible to every query: those keys are gathered once and
-    attended by all B x G x E query rows of each KV head in one call, each row's own keys in a second, padded
-    call, and the two partial outputs merge by their log-sum-exps."""
+    """Like `_padded_attention` (q [B, E, Hq, D] at q_pos [B, E] -> [B, E, Hq, D]) for rows whose first `shared`
+    keys are the same and visible to every query: those keys (ks, vs [1, Hkv, P, D]) are attended by all
+    B x G x E query rows of each KV head in one call, each row's own keys (kt, vt [B, Hkv, L - P, D], from
+    position `shared` on) in a second, padded call, and the two partial outputs merge by their log-sum-exps."""
     b, e, hq, d = q.shape
-    hkv = k_cache.shape[1]
+    hkv = ks.shape[1]
     g = hq // hkv
     rows = q.view(b, e, hkv, g, d).permute(0, 2, 3, 1, 4)  # [B, Hkv, G, E, D]: row g * E + i of a head
-    ks, vs = _gather_kv(k_cache, v_cache, slots[:1, :shared], q.dtype)  # [1, Hkv, P, D]
     out_s, lse_s = _flash_with_lse(rows.transpose(0, 1).reshape(1, hkv, b * g * e, d), ks, vs, None, sm_scale)
-    kt, vt = _gather_kv(k_cache, v_cache, slots[:, shared:], q.dtype)  # [B, Hkv, L - P, D]
     own = shared + torch.arange(kt.shape[2], device=q.device)
     hidden = (own[None, None, :] > q_pos[:, :, None]) | (own[None, None, :] >= kv_len[:, None, None])  # [B, E, L-P]
     mask = torch.zeros(b, 1, g * e, kt.shape[2], dtype=q.dtype, device=q.device)
@@ -104,6 +103,14 @@ def _cascade_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: Tenso
     return out.view(b, hkv, g, e, d).permute(0, 3, 1, 2, 4).reshape(b, e, hq, d).to(q.dtype)
 
 
+def _cascade_from_pool(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: Tensor, q_pos: Tensor, kv_len: Tensor,
+                       shared: int, sm_scale: float) -> Tensor:
+    """`_cascade_attention` with the shared keys (once) and each row's own keys gathered from the pool."""
+    ks, vs = _gather_kv(k_cache, v_cache, slots[:1, :shared], q.dtype)  # [1, Hkv, P, D]
+    kt, vt = _gather_kv(k_cache, v_cache, slots[:, shared:], q.dtype)  # [B, Hkv, L - P, D]
+    return _cascade_attention(q, ks, vs, kt, vt, q_pos, kv_len, shared, sm_scale)
+
+
 def _use_cascade(slots: Tensor, limit: int, sliding_window: int | None) -> int:
     """The shared prefix to read once (0: take the padded path). CPU only: the op returning the log-sum-exp is
     the CPU flash kernel (CUDA tensors reach this file only for head dims the Triton kernels do not take)."""
@@ -113,16 +120,65 @@ def _use_cascade(slots: Tensor, limit: int, sliding_window: int | None) -> int:
     return shared if shared >= SHARED_PREFIX_MIN else 0
 
 
+@dataclass
+class DecodeKVCopy:
+    """One layer's keys and values of a decode batch as padded per-request rows, which the caller keeps from one
+    decode step to the next: a step of the same batch then writes each request's newest key and value instead
+    of gathering every context from the slot pool again (on the CPU the gather costs more than the attention
+    that reads its result). Row b, column j holds position `shared + j` of request b."""
+
+    k: Tensor  # [B, Hkv, capacity, D], in the query dtype: each head's keys of a request are one run of memory
+    v: Tensor
+    refill: bool  # the batch is new: copy each request's whole context in (else only position seq_len - 1)
+    shared: int = 0  # leading slots every request has in common: read from the pool once per step (cascade)
+
+
+def _decode_from_copy(q: Tensor, k_cache: Tensor, v_cache: Tensor, req_to_token: Tensor, req_pool_indices: Tensor,
+                      seq: Tensor, length: int, copy: DecodeKVCopy, sm_scale: float,
+                      sliding_window: int | None) -> Tensor:
+    """`decode_attention_torch` reading each request's own keys from `copy`, brought up to date first."""
+    b, p = q.shape[0], copy.shared
+    if copy.refill:
+        n = length - p
+        slots = req_to_token[req_pool_indices, p:length].long().reshape(-1)
+        copy.k[:, :, :n].copy_(k_cache.index_select(0, slots).view(b, n, *k_cache.shape[1:]).transpose(1, 2))
+        copy.v[:, :, :n].copy_(v_cache.index_select(0, slots).view(b, n, *v_cache.shape[1:]).transpose(1, 2))
+    else:
+        newest = req_to_token[req_pool_indices, seq - 1].long()
+        rows, cols = torch.arange(b, device=q.device), seq - 1 - p
+        copy.k.permute(0, 2, 1, 3)[rows, cols] = k_cache.index_select(0, newest).to(copy.k.dtype)
+        copy.v.permute(0, 2, 1, 3)[rows, cols] = v_cache.index_select(0, newest).to(copy.v.dtype)
+    kt = copy.k[:, :, : length - p]  # [B, Hkv, L - P, D] views: no copy
+    vt = copy.v[:, :, : length - p]
+    q_pos = (seq - 1)[:, None]
+    if p:
+        ks, vs = _gather_kv(k_cache, v_cache, req_to_token[req_pool_indices[:1], :p].long(), q.dtype)
+        return _cascade_attention(q[:, None], ks, vs, kt, vt, q_pos, seq, p, sm_scale)[:, 0]
+    return _padded_attention(q[:, None], kt, vt, q_pos, seq, sm_scale, sliding_window)[:, 0]
+
+
+def cascade_prefix_len(req_to_token: Tensor, req_pool_indices: Tensor, seq_lens: Tensor) -> int:
+    """Leading slots a decode batch's requests share that the cascade path reads once (0: none worth it)."""
+    seq = seq_lens.long()
+    slots = req_to_token[req_pool_indices, : int(seq.max())].long()
+    return _use_cascade(slots, int(seq.min()) - 1, None)
+
+
 def decode_attention_torch(q: Tensor, k_cache: Tensor, v_cache: Tensor, req_to_token: Tensor,
                            req_pool_indices: Tensor, seq_lens: Tensor, sm_scale: float,
-                           sliding_window: int | None = None, max_seq_len: int | None = None) -> Tensor:
-    """q [B, Hq, D], the new token of request b at position seq_lens[b] - 1 -> o [B, Hq, D]."""
+                           sliding_window: int | None = None, max_seq_len: int | None = None,
+                           kv_copy: DecodeKVCopy | None = None) -> Tensor:
+    """q [B, Hq, D], the new token of request b at position seq_lens[b] - 1 -> o [B, Hq, D]. With `kv_copy`, each
+    request's own keys come from (and are first written to) that copy instead of a gather from the pool."""
     length = int(max_seq_len) if max_seq_len is not None else int(seq_lens.max())
-    slots = req_to_token[req_pool_indices, :length].long()
     seq = seq_lens.long()
+    if kv_copy is not None:
+        return _decode_from_copy(q, k_cache, v_cache, req_to_token, req_pool_indices, seq, length, kv_copy,
+                                 sm_scale, sliding_window)
+    slots = req_to_token[req_pool_indices, :length].long()
     shared = _use_cascade(slots, int(seq.min()) - 1, sliding_window)  # each row keeps its own last key
     if shared:
-        return _cascade_attention(q[:, None], k_cache, v_cache, slots, (seq - 1)[:, None], seq, shared,
+        return _cascade_from_pool(q[:, None], k_cache, v_cache, slots, (seq - 1)[:, None], seq, shared,
                                   sm_scale)[:, 0]
     k, v = _gather_kv(k_cache, v_cache, slots, q.dtype)
     return _padded_attention(q[:, None], k, v, (seq - 1)[:, None], seq, sm_scale, sliding_window)[:, 0]
@@ -159,7 +215,7 @@ def extend_attention_torch(q: Tensor, k_cache: Tensor, v_cache: Tensor, req_to_t
     q_pos = pre[:, None] + offs[None, :]
     shared = _use_cascade(slots, int(pre.min()), sliding_window) if e_max <= QUERY_BLOCK else 0
     if shared:  # a prefix cached for all these requests: every new token sees all of it
-        o = _cascade_attention(qp, k_cache, v_cache, slots, q_pos, seq, shared, sm_scale)
+        o = _cascade_from_pool(qp, k_cache, v_cache, slots, q_pos, seq, shared, sm_scale)
         out[rows[valid]] = o[valid]
         return out
     k, v = _gather_kv(k_cache, v_cache, slots, q.dtype)

@@ -46,6 +46,9 @@ class ForwardBatch:
     # Leading requests that extend by exactly one token (running decodes, which the scheduler puts first): in
     # an EXTEND batch, attention runs them through the decode kernel (runtime/models/attention.py).
     num_decode_rows: int = 0
+    # CPU decode: per-layer K/V copies of this batch carried across steps (runtime/decode_kv_copies.py), set by
+    # the model runner just before the forward; None = attention gathers from the pool.
+    kv_copies: list | None = None
 
     @property
     def batch_size(self) -> int:

@@ -46,8 +46,11 @@ class KVPool:
         return sum(b.numel() * b.element_size() for b in self.k_buffers + self.v_buffers)
 
 
+CPU_KV_BUDGET_BYTES = 1 << 30  # the CPU pool's default size (memory there is shared with everything else)
+
+
 def kv_pool_num_slots(config: ModelConfig, dtype: torch.dtype, device: torch.device, max_total_tokens: int | None,
-                      mem_fraction: float, cpu_budget_bytes: int = 1 << 30) -> int:
+                      mem_fraction: float, cpu_budget_bytes: int = CPU_KV_BUDGET_BYTES) -> int:
     """How many slots (tokens + the padding slot) the pool gets.
 
     An explicit `max_total_tokens` wins. On CUDA the pool takes `mem_fraction` of the memory still free after the

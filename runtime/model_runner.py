@@ -12,10 +12,11 @@ import logging
 from pathlib import Path
 
 import torch
+from radixgen.runtime.decode_kv_copies import DecodeKVCopies
 from radixgen.runtime.engine_config import EngineConfig
 from radixgen.runtime.errors import ModelNotFoundError
 from radixgen.runtime.forward_batch import ForwardBatch
-from radixgen.runtime.kv_pool import KVPool, ReqToTokenPool, SlotAllocator, kv_pool_num_slots
+from radixgen.runtime.kv_pool import CPU_KV_BUDGET_BYTES, KVPool, ReqToTokenPool, SlotAllocator, kv_pool_num_slots
 from radixgen.runtime.loader import load_model
 
 logger = logging.getLogger(__name__)
@@ -76,6 +77,14 @@ class ModelRunner:
         self.req_to_token_pool = ReqToTokenPool(config.max_running_requests, self.context_length, self.device)
         logger.info("model %s on %s/%s; KV pool %d tokens (%.2f GiB)", self.model_path, self.device, self.dtype,
                     self.kv_pool.num_usable_slots, self.kv_pool.nbytes() / 2**30)
+        # Decode steps on the CPU carry each layer's padded K/V of the batch across steps, in at most the pool's
+        # size of memory or the CPU pool's default budget, whichever is larger (runtime/decode_kv_copies.py).
+        self.decode_kv_copies = None
+        if self.device.type == "cpu":
+            mc = self.model_config
+            self.decode_kv_copies = DecodeKVCopies(mc.num_hidden_layers, mc.num_key_value_heads, mc.head_dim,
+                                                   self.dtype, max(self.kv_pool.nbytes(), CPU_KV_BUDGET_BYTES),
+                                                   cascade=mc.sliding_window is None)
         # Decode steps on CUDA replay captured graphs (runtime/cuda_graph_runner.py); everything else runs eagerly.
         self.graph_runner = None
         if self.device.type == "cuda" and config.cuda_graph:
@@ -93,4 +102,6 @@ class ModelRunner:
     def forward(self, batch: ForwardBatch) -> torch.Tensor:
         if self.graph_runner is not None and self.graph_runner.can_run(batch):
             return self.graph_runner.replay(batch)
+        if self.decode_kv_copies is not None:
+            batch.kv_copies = self.decode_kv_copies.plan(batch)
         return self.model(batch, self.kv_pool)

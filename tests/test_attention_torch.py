@@ -91,7 +91,7 @@ def cascade_calls(monkeypatch) -> list[int]:
     monkeypatch.setattr(attention_torch, "SHARED_PREFIX_MIN", 4)
     taken: list[int] = []
     cascade = attention_torch._cascade_attention
-    monkeypatch.setattr(attention_torch, "_cascade_attention", lambda *a: taken.append(a[6]) or cascade(*a))
+    monkeypatch.setattr(attention_torch, "_cascade_attention", lambda *a: taken.append(a[7]) or cascade(*a))
     return taken
 
 
@@ -156,3 +156,39 @@ def test_extends_over_a_shared_cached_prefix_read_it_once(shared, cached, ext, h
     assert shared in cascade_calls and got.dtype == dtype
     tol = 1e-5 if dtype == torch.float32 else 2e-2
     torch.testing.assert_close(got.float(), want, rtol=tol, atol=tol)
+
+
+COPY_CASES = [
+    # (context lengths at the first decode step, q heads, kv heads, head dim, sliding window, shared prefix)
+    ([6, 17, 3], 9, 3, 64, None, 0),
+    ([12], 8, 8, 32, None, 0),
+    ([9, 30, 4, 11], 6, 2, 32, 5, 0),
+    ([20, 26], 4, 1, 16, None, 8),  # the first 8 slots are the same for both rows (cascade over the copies)
+]
+
+
+@pytest.mark.parametrize("lens,hq,hkv,d,window,shared", COPY_CASES)
+def test_decode_over_carried_copies_equals_the_reference_step_after_step(lens, hq, hkv, d, window, shared,
+                                                                          monkeypatch):
+    """A batch's K/V copies, filled at the first step and appended one position per row at each later step (the
+    new key's slot anywhere in the pool), give the reference output at every step; a shared prefix is read from
+    the pool, not the copies."""
+    if shared and not attention_torch._flash_lse_available():
+        pytest.skip("torch's CPU flash attention with log-sum-exp is not available")
+    steps, capacity = 4, max(lens) + 4 - shared
+    g = torch.Generator().manual_seed(sum(lens) + d)
+    kc, vc, r2t, rpi = _shared_pool(shared, [n - shared for n in lens], hkv, d, torch.float32, g)
+    kc, vc = torch.cat([kc, torch.randn(len(lens) * steps, hkv, d, generator=g)]), torch.cat(
+        [vc, torch.randn(len(lens) * steps, hkv, d, generator=g)])
+    free = torch.randperm(len(lens) * steps, generator=g) + (kc.shape[0] - len(lens) * steps)
+    seq = torch.tensor(lens, dtype=torch.int32)
+    bufs = [torch.zeros(len(lens), hkv, capacity, d) for _ in range(2)]  # finite: masked columns meet P @ V
+    for step in range(steps):
+        if step:  # each row's next token gets a fresh slot
+            r2t[rpi, seq.long()] = free[step * len(lens) : (step + 1) * len(lens)].int()
+            seq = seq + 1
+        copy = attention_torch.DecodeKVCopy(*bufs, refill=step == 0, shared=shared)
+        q = torch.randn(len(lens), hq, d, generator=g)
+        want = decode_attention_reference(q, kc, vc, r2t, rpi, seq, d ** -0.5, window)
+        got = decode_attention_torch(q, kc, vc, r2t, rpi, seq, d ** -0.5, window, kv_copy=copy)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)

@@ -47,6 +47,22 @@ def test_batched_equals_one_at_a_time(engine, singles):
     assert all(r["meta_info"]["cached_tokens"] > 0 for r in again)
 
 
+def test_decode_kv_copies_are_carried_and_change_no_token(engine, singles):
+    """CPU decode steps append to the batch's per-layer K/V copies (runtime/decode_kv_copies.py) instead of
+    gathering every context again; without the copies the engine gives the same tokens."""
+    copies = engine.runner.decode_kv_copies
+    engine.flush_cache()
+    before = copies.appends
+    assert [r["output_ids"] for r in engine.generate(PROMPTS, GREEDY)] == singles
+    assert copies.appends - before >= 8  # 12 tokens each: most decode steps only appended
+    engine.runner.decode_kv_copies = None
+    try:
+        engine.flush_cache()
+        assert [r["output_ids"] for r in engine.generate(PROMPTS, GREEDY)] == singles
+    finally:
+        engine.runner.decode_kv_copies = copies
+
+
 def test_unchunked_engine_gives_the_same_tokens(default_model_path, singles):
     with Engine(str(default_model_path), chunked_prefill_size=0, disable_radix_cache=True) as eng:
         outs = eng.generate(PROMPTS, GREEDY)

@@ -16,9 +16,13 @@ from radixgen import kernels
 
 
 def batch_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, batch: ForwardBatch,
-                    scale: float, sliding_window: int | None) -> torch.Tensor:
-    """q [T, Hq, D] (K/V of the new tokens already stored) -> o [T, Hq, D]."""
+                    scale: float, sliding_window: int | None, layer: int = 0) -> torch.Tensor:
+    """q [T, Hq, D] (K/V of the new tokens already stored) -> o [T, Hq, D] for model layer `layer`."""
     if batch.mode is ForwardMode.DECODE:
+        if batch.kv_copies is not None:  # the CPU decode over this batch's K/V copies (runtime/decode_kv_copies.py)
+            return kernels.decode_attention_torch(q, k_cache, v_cache, batch.req_to_token, batch.req_pool_indices,
+                                                  batch.seq_lens, scale, sliding_window, batch.max_seq_len,
+                                                  kv_copy=batch.kv_copies[layer])
         return _decode(q, k_cache, v_cache, batch, slice(None), scale, sliding_window)
     nd = batch.num_decode_rows
     if nd == 0:

@@ -55,6 +55,7 @@ class LlamaAttention(nn.Module):
         self.q_size, self.kv_size = c.q_size, c.kv_size
         self.eps = c.rms_norm_eps
         self.scale = c.head_dim ** -0.5
+        self.layer = layer
         self.sliding_window = c.layer_sliding_window(layer)
         kw = {"device": device, "dtype": dtype}
         self.qkv_proj = _param(c.q_size + 2 * c.kv_size, c.hidden_size, **kw)
@@ -78,7 +79,7 @@ class LlamaAttention(nn.Module):
         q, k = q.contiguous(), k.contiguous()
         kernels.apply_rotary(q, k, batch.positions, cos_sin, is_neox=True)
         kernels.store_kv(k_cache, v_cache, batch.out_cache_loc, k, v)
-        o = batch_attention(q, k_cache, v_cache, batch, self.scale, self.sliding_window)
+        o = batch_attention(q, k_cache, v_cache, batch, self.scale, self.sliding_window, self.layer)
         return kernels.linear(o.reshape(t, self.q_size), self.o_proj, self.o_bias)
 
 
