@@ -143,17 +143,19 @@ def main() -> None:
         rows.append((name, on["prompt_tokens"], on["forward_tokens"], off["forward_tokens"], on["hit_rate"],
                      optimum, off["wall"] / on["wall"], on, off))
     # prefill/decode s: the engine's forward time in steps with prefill chunks / in decode-only steps (the part
-    # of the run no cache can remove); "prefill x" is the speedup of the prefill time alone.
+    # of the run no cache can remove); "prefill x" is the speedup of the prefill time alone, "tokens x" the ratio
+    # of tokens through the model off/on: what "prefill x" comes to when a token costs the same either way, and
+    # the most the wall time can gain while the decode steps cost the same with the cache on or off.
     print(f"{'workload':<16} {'prompt tok':>10} {'fwd tok on':>10} {'fwd tok off':>11} {'hit rate':>8} "
           f"{'optimum':>8} {'of opt':>7} {'speedup':>7} {'on s':>7} {'off s':>7} {'prefill s on/off':>16} "
-          f"{'prefill x':>9} {'decode s on/off':>15}")
+          f"{'prefill x':>9} {'tokens x':>8} {'decode s on/off':>15}")
     for name, pt, fon, foff, hr, opt, sp, on, off in rows:
         frac = hr / opt if opt > 0 else float("nan")
         pre = f"{on['prefill_s']:.2f}/{off['prefill_s']:.2f}"
         dec = f"{on['decode_s']:.2f}/{off['decode_s']:.2f}"
         print(f"{name:<16} {pt:>10} {fon:>10} {foff:>11} {hr:>8.1%} {opt:>8.1%} {frac:>7.1%} {sp:>6.2f}x "
               f"{on['wall']:>7.2f} {off['wall']:>7.2f} {pre:>16} {off['prefill_s'] / max(on['prefill_s'], 1e-9):>8.2f}x "
-              f"{dec:>15}")
+              f"{foff / max(fon, 1):>7.2f}x {dec:>15}")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import importlib
 import os
+from collections.abc import Callable
 from types import SimpleNamespace
 
 import torch
@@ -60,11 +61,23 @@ def _supported_head_dim(head_dim: int) -> bool:
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """x @ weight.T (+ bias): `F.linear`, except fp32 on an AMD CPU, which runs oneDNN's matmul where torch has it
-    (about 2.2x MKL's sgemm there; RADIXGEN_FORCE_REFERENCE=1 keeps `F.linear`)."""
+    (about 2.2x MKL's sgemm there; RADIXGEN_FORCE_REFERENCE=1 keeps `F.linear`), and a weight packed by
+    `linear_onednn.pack_weight`, which only oneDNN's matmul reads."""
+    if weight.is_mkldnn:
+        return linear_onednn.linear_onednn(x, weight, bias)
     if (x.dtype == torch.float32 and x.device.type == "cpu" and os.environ.get(FORCE_REFERENCE_ENV) != "1"
             and linear_onednn.available()):
         return linear_onednn.linear_onednn(x, weight, bias)
     return F.linear(x, weight, bias)
+
+
+def linear_weight_packer(dtype: torch.dtype, device: torch.device) -> Callable[[Tensor], Tensor] | None:
+    """The function that stores a weight in the layout `linear` reads fastest for this dtype and device (fp32 on
+    an AMD CPU: oneDNN's blocked layout, see `linear_onednn.pack_weight`), or None: use weights as they are."""
+    if (dtype == torch.float32 and device.type == "cpu" and os.environ.get(FORCE_REFERENCE_ENV) != "1"
+            and linear_onednn.available() and linear_onednn.packing_runs()):
+        return linear_onednn.pack_weight
+    return None
 
 
 def extend_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, req_to_token: Tensor, req_pool_indices: Tensor,
@@ -143,4 +156,5 @@ for _name, _ref in [
     functools.update_wrapper(globals()[_name], _ref, assigned=("__doc__",), updated=())
 
 __all__ = ["FORCE_REFERENCE_ENV", "apply_rotary", "apply_token_bitmask", "decode_attention", "extend_attention",
-           "fused_add_rmsnorm", "rmsnorm", "silu_and_mul", "store_kv", "triton_ops", "use_triton"]
+           "fused_add_rmsnorm", "linear", "linear_weight_packer", "rmsnorm", "silu_and_mul", "store_kv",
+           "triton_ops", "use_triton"]

@@ -19,6 +19,8 @@ from radixgen.runtime.forward_batch import ForwardBatch
 from radixgen.runtime.kv_pool import CPU_KV_BUDGET_BYTES, KVPool, ReqToTokenPool, SlotAllocator, kv_pool_num_slots
 from radixgen.runtime.loader import load_model
 
+from radixgen import kernels
+
 logger = logging.getLogger(__name__)
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -70,6 +72,9 @@ class ModelRunner:
             max_position_embeddings=config.context_length, seed=config.random_seed,
         )
         self.context_length = self.model_config.max_position_embeddings
+        pack = kernels.linear_weight_packer(self.dtype, self.device)
+        if pack is not None:  # fp32 on an AMD CPU: weights in oneDNN's layout (kernels/linear_onednn.py)
+            self.model.pack_linear_weights(pack)
         num_slots = kv_pool_num_slots(self.model_config, self.dtype, self.device, config.max_total_tokens,
                                       config.mem_fraction)
         self.kv_pool = KVPool.for_model(self.model_config, num_slots, self.dtype, self.device)

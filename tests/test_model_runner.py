@@ -47,6 +47,31 @@ def test_dummy_runner_pools_and_forward():
     assert torch.isfinite(logits).all()
 
 
+def test_packed_linear_weights_give_the_same_logits(monkeypatch):
+    """Where oneDNN runs fp32 linears (forced here by claiming an AMD CPU), the runner packs every matmul weight
+    (kernels/linear_onednn.py) and the logits stay those of plain weights."""
+    from radixgen.kernels import linear_onednn
+
+    if not linear_onednn.packing_runs():
+        pytest.skip("this torch build does not pack oneDNN linear weights")
+    config = EngineConfig(load_format="dummy", dummy_config=TINY_CONFIGS["qwen2"], device="cpu",
+                          max_total_tokens=40, max_running_requests=3, context_length=64)
+    logits = {}
+    for vendor in ("GenuineIntel", "AuthenticAMD"):
+        monkeypatch.setattr(linear_onednn, "cpu_vendor", lambda v=vendor: v)
+        linear_onednn.available.cache_clear()
+        runner = ModelRunner(config)
+        attn = runner.model.layers[0].self_attn
+        assert attn.qkv_proj.is_mkldnn == runner.model.lm_head.is_mkldnn == (vendor == "AuthenticAMD")
+        row, slots = runner.req_to_token_pool.alloc(), runner.slot_allocator.alloc(6)
+        runner.req_to_token_pool.write(row, 0, slots)
+        logits[vendor] = runner.forward(build_forward_batch([[5, 1, 7, 2, 9, 3]], [0], [row],
+                                                            runner.req_to_token_pool.req_to_token,
+                                                            torch.from_numpy(slots)))
+    linear_onednn.available.cache_clear()
+    torch.testing.assert_close(logits["AuthenticAMD"], logits["GenuineIntel"], rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("arch", ["llama", "mistral"])  # mistral: sliding window
 def test_mixed_batch_runs_decode_rows_through_the_decode_kernel(device, arch):

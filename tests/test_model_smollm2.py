@@ -45,12 +45,17 @@ def generate_ids(engine: Engine, ids: list[int], n: int, temperature: float = 0.
     return engine.generate(input_ids=ids, sampling_params=params)["output_ids"]
 
 
+def _dense(weight: torch.Tensor) -> torch.Tensor:
+    """A matmul weight as a plain tensor (the runner packs them for oneDNN on AMD CPUs, kernels/linear_onednn.py)."""
+    return weight.to_dense() if weight.is_mkldnn else weight
+
+
 def test_config_from_gguf_metadata(runner):
     c = runner.model_config
     assert (c.architecture, c.num_hidden_layers, c.hidden_size, c.intermediate_size) == ("llama", 30, 576, 1536)
     assert (c.num_attention_heads, c.num_key_value_heads, c.head_dim, c.vocab_size) == (9, 3, 64, 49152)
     assert c.tie_word_embeddings and c.rope_theta == 100000.0 and c.eos_token_ids == (2,)
-    assert runner.model.lm_head is runner.model.embed_tokens
+    assert torch.equal(_dense(runner.model.lm_head), runner.model.embed_tokens)  # tied (a packed copy on AMD)
 
 
 @pytest.mark.parametrize("prompt,expected", RECORDED)
@@ -88,14 +93,14 @@ def test_weights_equal_gguf_dequantization(runner, default_model_path):
     np.testing.assert_array_equal(model.embed_tokens.numpy(), deq("token_embd.weight"))
     for layer in (0, 29):
         attn, mlp = model.layers[layer].self_attn, model.layers[layer].mlp
-        qkv = attn.qkv_proj.numpy()
+        qkv = _dense(attn.qkv_proj).numpy()
         np.testing.assert_array_equal(qkv[: c.q_size], unpermute(deq(f"blk.{layer}.attn_q.weight"), 9))
         np.testing.assert_array_equal(qkv[c.q_size : c.q_size + c.kv_size],
                                       unpermute(deq(f"blk.{layer}.attn_k.weight"), 3))
         np.testing.assert_array_equal(qkv[c.q_size + c.kv_size :], deq(f"blk.{layer}.attn_v.weight"))
-        np.testing.assert_array_equal(mlp.gate_up_proj.numpy()[: c.intermediate_size],
+        np.testing.assert_array_equal(_dense(mlp.gate_up_proj).numpy()[: c.intermediate_size],
                                       deq(f"blk.{layer}.ffn_gate.weight"))
-        np.testing.assert_array_equal(mlp.down_proj.numpy(), deq(f"blk.{layer}.ffn_down.weight"))
+        np.testing.assert_array_equal(_dense(mlp.down_proj).numpy(), deq(f"blk.{layer}.ffn_down.weight"))
 
 
 PROMPTS = [
@@ -119,7 +124,7 @@ def test_greedy_32_tokens_and_weights_match_transformers_gguf(engine, runner, de
     q, kv = runner.model_config.q_size, runner.model_config.kv_size
     fused = torch.cat([hf_layer.self_attn.q_proj.weight, hf_layer.self_attn.k_proj.weight,
                        hf_layer.self_attn.v_proj.weight])
-    assert torch.equal(ours.layers[3].self_attn.qkv_proj, fused)
+    assert torch.equal(_dense(ours.layers[3].self_attn.qkv_proj), fused)
     assert q + 2 * kv == fused.shape[0]
     assert torch.equal(ours.embed_tokens, hf.model.embed_tokens.weight)
 

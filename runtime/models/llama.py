@@ -156,6 +156,15 @@ class LlamaForCausalLM(nn.Module):
         x, _ = kernels.fused_add_rmsnorm(h[rows], residual[rows], self.norm, self.config.rms_norm_eps)
         return kernels.linear(x, self.lm_head).float()
 
+    def pack_linear_weights(self, pack) -> None:
+        """Replace every matmul weight with `pack(weight)` (`kernels.linear_weight_packer`: a layout only
+        `kernels.linear` reads). A tied LM head gets its own packed copy; the embedding table stays plain."""
+        for layer in self.layers:
+            for module, name in ((layer.self_attn, "qkv_proj"), (layer.self_attn, "o_proj"),
+                                 (layer.mlp, "gate_up_proj"), (layer.mlp, "down_proj")):
+                setattr(module, name, nn.Parameter(pack(getattr(module, name)), requires_grad=False))
+        self.lm_head = nn.Parameter(pack(self.lm_head), requires_grad=False)
+
     def checkpoint_targets(self) -> dict[str, WeightTarget]:
         """Every tensor name a checkpoint (HF naming) must provide -> where it goes in the fused parameters."""
         c = self.config
