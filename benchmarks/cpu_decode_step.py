@@ -6,11 +6,13 @@ for every token of a batch. Run it on two builds to compare them; the table ends
 With `--prefill N ...` it times instead one forward of a single N-token prompt (the attention's quadratic part)
 and the growth of the process's peak memory over the loaded model. With `--shared P` every request's first P
 context tokens are the first request's KV slots, as after a radix-cache hit; `--no-cascade` turns off the CPU
-attention's shared-prefix path for an A/B, `--no-kv-copies` the per-layer K/V copies decode steps carry.
+attention's shared-prefix path for an A/B, `--no-kv-copies` the per-layer K/V copies decode steps carry;
+`--churn K` replaces K requests by new ones (new table rows, same context) before each step.
 
     python benchmarks/cpu_decode_step.py [--model PATH] [--shapes 1x500 6x500 20x700] [--steps 10] [--dtype float32]
     python benchmarks/cpu_decode_step.py --prefill 2048 8192
     python benchmarks/cpu_decode_step.py --shapes 32x1600 --shared 1500 [--no-cascade]
+    python benchmarks/cpu_decode_step.py --shapes 20x700 --churn 2 [--no-kv-copies]
 """
 
 from __future__ import annotations
@@ -40,9 +42,11 @@ def extend(runner, rows: list[int], lens: list[int], tokens: list[list[int]]) ->
     return runner.forward(batch)
 
 
-def step_times(runner, batch: int, context: int, steps: int, shared: int = 0) -> list[float]:
+def step_times(runner, batch: int, context: int, steps: int, shared: int = 0, churn: int = 0) -> list[float]:
     """Median-able decode step times; with `shared`, every request's first `shared` context tokens are the
-    first request's KV slots (a prefix shared through the radix cache)."""
+    first request's KV slots (a prefix shared through the radix cache); with `churn`, before each step that many
+    requests are replaced by new ones (new request-table rows) holding the same context, as when requests finish
+    and others join a running batch."""
     table = runner.req_to_token_pool
     rows = [table.alloc() for _ in range(batch)]
     lens = [0] * batch
@@ -55,7 +59,13 @@ def step_times(runner, batch: int, context: int, steps: int, shared: int = 0) ->
     for _ in range(2):  # warm-up
         extend(runner, rows, lens, [[5]] * batch)
     out = []
-    for _ in range(steps):
+    for step in range(steps):
+        for k in range(churn):  # the newcomer takes over the leaver's slots under a new table row
+            i = (step * churn + k) % batch
+            row = table.alloc()
+            table.write(row, 0, table.req_to_token[rows[i], : lens[i]].clone())
+            table.free(rows[i])
+            rows[i] = row
         t0 = time.perf_counter()
         extend(runner, rows, lens, [[5]] * batch)
         out.append(time.perf_counter() - t0)
@@ -85,6 +95,7 @@ def main() -> None:
     ap.add_argument("--prefill", nargs="*", type=int, default=None, help="time one prompt of each length instead")
     ap.add_argument("--shared", type=int, default=0, help="context tokens every request shares with the first")
     ap.add_argument("--no-cascade", action="store_true", help="read a shared prefix once per request (A/B)")
+    ap.add_argument("--churn", type=int, default=0, help="requests replaced by new ones before each step")
     ap.add_argument("--no-kv-copies", action="store_true",
                     help="gather every context from the pool at each step instead of carrying the batch's K/V (A/B)")
     args = ap.parse_args()
@@ -99,14 +110,14 @@ def main() -> None:
         return
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes]
     total = max(b * (c + args.steps + 4) for b, c in shapes) + 64
-    runner = make_runner(args, total, max(b for b, _ in shapes))
+    runner = make_runner(args, total, max(b for b, _ in shapes) + args.churn)
     if args.no_kv_copies:
         runner.decode_kv_copies = None
     print(f"shared prefix: {args.shared} tokens (at most context - 1), cascade: {not args.no_cascade}, "
-          f"K/V copies across steps: {runner.decode_kv_copies is not None}")
+          f"K/V copies across steps: {runner.decode_kv_copies is not None}, requests replaced per step: {args.churn}")
     print(f"{'batch':>5} {'context':>7} {'median step ms':>14} {'min ms':>8} {'tok/s':>8}")
     for batch, context in shapes:
-        times = step_times(runner, batch, context, args.steps, min(args.shared, context - 1))
+        times = step_times(runner, batch, context, args.steps, min(args.shared, context - 1), args.churn)
         med = statistics.median(times)
         print(f"{batch:>5} {context:>7} {med * 1e3:>14.1f} {min(times) * 1e3:>8.1f} {batch / med:>8.1f}")
 

@@ -122,39 +122,50 @@ def _use_cascade(slots: Tensor, limit: int, sliding_window: int | None) -> int:
 
 @dataclass
 class DecodeKVCopy:
-    """One layer's keys and values of a decode batch as padded per-request rows, which the caller keeps from one
-    decode step to the next: a step of the same batch then writes each request's newest key and value instead
-    of gathering every context from the slot pool again (on the CPU the gather costs more than the attention
-    that reads its result). Row b, column j holds position `shared + j` of request b."""
+    """One layer's keys and values of the decode requests as padded rows the caller keeps from one step to the
+    next (on the CPU the gather from the slot pool costs about as much as the attention that reads it): a step
+    fills only the rows of requests new to the copies and writes every request's newest key and value. Buffer
+    row r, column j holds position `shared + j` of the request the caller assigned to row r."""
 
-    k: Tensor  # [B, Hkv, capacity, D], in the query dtype: each head's keys of a request are one run of memory
+    k: Tensor  # [R, Hkv, capacity, D], in the query dtype: each head's keys of a request are one run of memory
     v: Tensor
-    refill: bool  # the batch is new: copy each request's whole context in (else only position seq_len - 1)
+    rows: Tensor  # [B] int64: buffer row of decode request b
+    fill: Tensor  # [F] int64: the requests b whose rows are (re)filled from the pool before this step's append
+    num_rows: int  # attention runs over buffer rows [0, num_rows); rows no request holds are fully masked
     shared: int = 0  # leading slots every request has in common: read from the pool once per step (cascade)
+    in_order: bool = False  # rows == arange(B) and num_rows == B: no scatter of queries or gather of outputs
 
 
 def _decode_from_copy(q: Tensor, k_cache: Tensor, v_cache: Tensor, req_to_token: Tensor, req_pool_indices: Tensor,
-                      seq: Tensor, length: int, copy: DecodeKVCopy, sm_scale: float,
-                      sliding_window: int | None) -> Tensor:
+                      seq: Tensor, copy: DecodeKVCopy, sm_scale: float, sliding_window: int | None) -> Tensor:
     """`decode_attention_torch` reading each request's own keys from `copy`, brought up to date first."""
-    b, p = q.shape[0], copy.shared
-    if copy.refill:
-        n = length - p
-        slots = req_to_token[req_pool_indices, p:length].long().reshape(-1)
-        copy.k[:, :, :n].copy_(k_cache.index_select(0, slots).view(b, n, *k_cache.shape[1:]).transpose(1, 2))
-        copy.v[:, :, :n].copy_(v_cache.index_select(0, slots).view(b, n, *v_cache.shape[1:]).transpose(1, 2))
-    else:
-        newest = req_to_token[req_pool_indices, seq - 1].long()
-        rows, cols = torch.arange(b, device=q.device), seq - 1 - p
-        copy.k.permute(0, 2, 1, 3)[rows, cols] = k_cache.index_select(0, newest).to(copy.k.dtype)
-        copy.v.permute(0, 2, 1, 3)[rows, cols] = v_cache.index_select(0, newest).to(copy.v.dtype)
-    kt = copy.k[:, :, : length - p]  # [B, Hkv, L - P, D] views: no copy
-    vt = copy.v[:, :, : length - p]
-    q_pos = (seq - 1)[:, None]
+    p, rows = copy.shared, copy.rows
+    if len(copy.fill):
+        f = copy.fill
+        n = int(seq[f].max()) - p
+        slots = req_to_token[req_pool_indices[f], p : p + n].long().reshape(-1)
+        shape = (len(f), n, *k_cache.shape[1:])
+        copy.k[rows[f], :, :n] = k_cache.index_select(0, slots).view(shape).transpose(1, 2).to(copy.k.dtype)
+        copy.v[rows[f], :, :n] = v_cache.index_select(0, slots).view(shape).transpose(1, 2).to(copy.v.dtype)
+    newest = req_to_token[req_pool_indices, seq - 1].long()
+    copy.k.permute(0, 2, 1, 3)[rows, seq - 1 - p] = k_cache.index_select(0, newest).to(copy.k.dtype)
+    copy.v.permute(0, 2, 1, 3)[rows, seq - 1 - p] = v_cache.index_select(0, newest).to(copy.v.dtype)
+    length = int(seq.max())
+    kt = copy.k[: copy.num_rows, :, : length - p]  # [R', Hkv, L - P, D] views: no copy
+    vt = copy.v[: copy.num_rows, :, : length - p]
+    qr, seq_r = q, seq
+    if not copy.in_order:  # queries into their rows; rows no request holds get length 0 (every key masked)
+        qr = q.new_zeros(copy.num_rows, *q.shape[1:])
+        qr[rows] = q
+        seq_r = seq.new_zeros(copy.num_rows)
+        seq_r[rows] = seq
+    q_pos = (seq_r - 1)[:, None]
     if p:
         ks, vs = _gather_kv(k_cache, v_cache, req_to_token[req_pool_indices[:1], :p].long(), q.dtype)
-        return _cascade_attention(q[:, None], ks, vs, kt, vt, q_pos, seq, p, sm_scale)[:, 0]
-    return _padded_attention(q[:, None], kt, vt, q_pos, seq, sm_scale, sliding_window)[:, 0]
+        out = _cascade_attention(qr[:, None], ks, vs, kt, vt, q_pos, seq_r, p, sm_scale)[:, 0]
+    else:
+        out = _padded_attention(qr[:, None], kt, vt, q_pos, seq_r, sm_scale, sliding_window)[:, 0]
+    return out if copy.in_order else out[rows]
 
 
 def cascade_prefix_len(req_to_token: Tensor, req_pool_indices: Tensor, seq_lens: Tensor) -> int:
@@ -173,8 +184,8 @@ def decode_attention_torch(q: Tensor, k_cache: Tensor, v_cache: Tensor, req_to_t
     length = int(max_seq_len) if max_seq_len is not None else int(seq_lens.max())
     seq = seq_lens.long()
     if kv_copy is not None:
-        return _decode_from_copy(q, k_cache, v_cache, req_to_token, req_pool_indices, seq, length, kv_copy,
-                                 sm_scale, sliding_window)
+        return _decode_from_copy(q, k_cache, v_cache, req_to_token, req_pool_indices, seq, kv_copy, sm_scale,
+                                 sliding_window)
     slots = req_to_token[req_pool_indices, :length].long()
     shared = _use_cascade(slots, int(seq.min()) - 1, sliding_window)  # each row keeps its own last key
     if shared:

@@ -118,6 +118,9 @@ class ReqToTokenPool:
         self.max_context = max_context
         self.req_to_token = torch.zeros((max_requests, max_context), dtype=torch.int32, device=device)
         self._free_rows = list(range(max_requests - 1, -1, -1))
+        # How many times each row was handed out: (row, allocations[row]) names one holder, so state kept per row
+        # (runtime/decode_kv_copies.py) is never read for the next request that gets the row.
+        self.allocations = np.zeros(max_requests, dtype=np.int64)
 
     @property
     def num_free(self) -> int:
@@ -125,7 +128,11 @@ class ReqToTokenPool:
 
     def alloc(self) -> int | None:
         """A free row index, or None when every row is taken."""
-        return self._free_rows.pop() if self._free_rows else None
+        if not self._free_rows:
+            return None
+        row = self._free_rows.pop()
+        self.allocations[row] += 1
+        return row
 
     def free(self, row: int) -> None:
         if not 0 <= row < self.max_requests or row in self._free_rows:

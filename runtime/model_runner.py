@@ -89,6 +89,7 @@ class ModelRunner:
             mc = self.model_config
             self.decode_kv_copies = DecodeKVCopies(mc.num_hidden_layers, mc.num_key_value_heads, mc.head_dim,
                                                    self.dtype, max(self.kv_pool.nbytes(), CPU_KV_BUDGET_BYTES),
+                                                   self.req_to_token_pool.allocations,
                                                    cascade=mc.sliding_window is None)
         # Decode steps on CUDA replay captured graphs (runtime/cuda_graph_runner.py); everything else runs eagerly.
         self.graph_runner = None

@@ -165,30 +165,39 @@ COPY_CASES = [
     ([9, 30, 4, 11], 6, 2, 32, 5, 0),
     ([20, 26], 4, 1, 16, None, 8),  # the first 8 slots are the same for both rows (cascade over the copies)
 ]
+# Where the requests' rows sit in the buffers: in batch order, or scattered among rows no request holds (which
+# the attention must mask); at step 2 one request's row is refilled, as for a request new to the copies.
+LAYOUTS = ["in order", "scattered with holes"]
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("lens,hq,hkv,d,window,shared", COPY_CASES)
-def test_decode_over_carried_copies_equals_the_reference_step_after_step(lens, hq, hkv, d, window, shared,
-                                                                          monkeypatch):
-    """A batch's K/V copies, filled at the first step and appended one position per row at each later step (the
-    new key's slot anywhere in the pool), give the reference output at every step; a shared prefix is read from
-    the pool, not the copies."""
+def test_decode_over_carried_copies_equals_the_reference_step_after_step(lens, hq, hkv, d, window, shared, layout):
+    """Copies filled at the first step and appended one position per request at each later step (the new key's
+    slot anywhere in the pool), one of them refilled midway, give the reference output at every step; a shared
+    prefix is read from the pool, not the copies."""
     if shared and not attention_torch._flash_lse_available():
         pytest.skip("torch's CPU flash attention with log-sum-exp is not available")
-    steps, capacity = 4, max(lens) + 4 - shared
+    steps, b = 4, len(lens)
     g = torch.Generator().manual_seed(sum(lens) + d)
     kc, vc, r2t, rpi = _shared_pool(shared, [n - shared for n in lens], hkv, d, torch.float32, g)
-    kc, vc = torch.cat([kc, torch.randn(len(lens) * steps, hkv, d, generator=g)]), torch.cat(
-        [vc, torch.randn(len(lens) * steps, hkv, d, generator=g)])
-    free = torch.randperm(len(lens) * steps, generator=g) + (kc.shape[0] - len(lens) * steps)
+    extra = b * steps
+    kc = torch.cat([kc, torch.randn(extra, hkv, d, generator=g)])
+    vc = torch.cat([vc, torch.randn(extra, hkv, d, generator=g)])
+    free = torch.randperm(extra, generator=g) + (kc.shape[0] - extra)
+    rows = torch.arange(b) if layout == "in order" else torch.randperm(2 * b + 1, generator=g)[:b]
+    num_rows = int(rows.max()) + 1
+    capacity = max(lens) + steps - shared
+    bufs = [torch.randn(num_rows, hkv, capacity, d, generator=g) for _ in range(2)]  # stale but finite
     seq = torch.tensor(lens, dtype=torch.int32)
-    bufs = [torch.zeros(len(lens), hkv, capacity, d) for _ in range(2)]  # finite: masked columns meet P @ V
     for step in range(steps):
-        if step:  # each row's next token gets a fresh slot
-            r2t[rpi, seq.long()] = free[step * len(lens) : (step + 1) * len(lens)].int()
+        if step:  # each request's next token gets a fresh slot
+            r2t[rpi, seq.long()] = free[step * b : (step + 1) * b].int()
             seq = seq + 1
-        copy = attention_torch.DecodeKVCopy(*bufs, refill=step == 0, shared=shared)
-        q = torch.randn(len(lens), hq, d, generator=g)
+        fill = torch.arange(b) if step == 0 else torch.tensor([b - 1] if step == 2 else [], dtype=torch.long)
+        copy = attention_torch.DecodeKVCopy(*bufs, rows=rows, fill=fill, num_rows=num_rows, shared=shared,
+                                            in_order=layout == "in order")
+        q = torch.randn(b, hq, d, generator=g)
         want = decode_attention_reference(q, kc, vc, r2t, rpi, seq, d ** -0.5, window)
         got = decode_attention_torch(q, kc, vc, r2t, rpi, seq, d ** -0.5, window, kv_copy=copy)
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)

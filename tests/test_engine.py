@@ -51,10 +51,12 @@ def test_decode_kv_copies_are_carried_and_change_no_token(engine, singles):
     """CPU decode steps append to the batch's per-layer K/V copies (runtime/decode_kv_copies.py) instead of
     gathering every context again; without the copies the engine gives the same tokens."""
     copies = engine.runner.decode_kv_copies
+    if copies is None:
+        pytest.skip("the engine runs on CUDA, where the decode kernel reads the pool in place")
     engine.flush_cache()
-    before = copies.appends
+    before = copies.appended_rows
     assert [r["output_ids"] for r in engine.generate(PROMPTS, GREEDY)] == singles
-    assert copies.appends - before >= 8  # 12 tokens each: most decode steps only appended
+    assert copies.appended_rows - before >= 8 * len(PROMPTS)  # 12 tokens each: most decode steps only appended
     engine.runner.decode_kv_copies = None
     try:
         engine.flush_cache()

@@ -19,21 +19,21 @@ def batch_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
                     scale: float, sliding_window: int | None, layer: int = 0) -> torch.Tensor:
     """q [T, Hq, D] (K/V of the new tokens already stored) -> o [T, Hq, D] for model layer `layer`."""
     if batch.mode is ForwardMode.DECODE:
-        if batch.kv_copies is not None:  # the CPU decode over this batch's K/V copies (runtime/decode_kv_copies.py)
-            return kernels.decode_attention_torch(q, k_cache, v_cache, batch.req_to_token, batch.req_pool_indices,
-                                                  batch.seq_lens, scale, sliding_window, batch.max_seq_len,
-                                                  kv_copy=batch.kv_copies[layer])
-        return _decode(q, k_cache, v_cache, batch, slice(None), scale, sliding_window)
+        return _decode(q, k_cache, v_cache, batch, slice(None), scale, sliding_window, layer)
     nd = batch.num_decode_rows
     if nd == 0:
         return _extend(q, k_cache, v_cache, batch, slice(None), scale, sliding_window)
     rows = slice(nd, None)
     # Decode rows are the first nd requests and the first nd tokens; the extend part's offsets shift by nd.
-    return torch.cat([_decode(q[:nd], k_cache, v_cache, batch, slice(0, nd), scale, sliding_window),
+    return torch.cat([_decode(q[:nd], k_cache, v_cache, batch, slice(0, nd), scale, sliding_window, layer),
                       _extend(q[nd:], k_cache, v_cache, batch, rows, scale, sliding_window, start_shift=nd)])
 
 
-def _decode(q, k_cache, v_cache, batch: ForwardBatch, rows: slice, scale: float, window: int | None):
+def _decode(q, k_cache, v_cache, batch: ForwardBatch, rows: slice, scale: float, window: int | None, layer: int):
+    if batch.kv_copies is not None:  # the CPU decode over the decode rows' K/V copies (runtime/decode_kv_copies.py)
+        return kernels.decode_attention_torch(q, k_cache, v_cache, batch.req_to_token, batch.req_pool_indices[rows],
+                                              batch.seq_lens[rows], scale, sliding_window=window,
+                                              kv_copy=batch.kv_copies[layer])
     return kernels.decode_attention(q, k_cache, v_cache, batch.req_to_token, batch.req_pool_indices[rows],
                                     batch.seq_lens[rows], scale, sliding_window=window, max_seq_len=batch.max_seq_len)
 
