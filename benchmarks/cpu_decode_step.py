@@ -7,7 +7,8 @@ With `--prefill N ...` it times instead one forward of a single N-token prompt (
 and the growth of the process's peak memory over the loaded model. With `--shared P` every request's first P
 context tokens are the first request's KV slots, as after a radix-cache hit; `--no-cascade` turns off the CPU
 attention's shared-prefix path for an A/B, `--no-kv-copies` the per-layer K/V copies decode steps carry;
-`--churn K` replaces K requests by new ones (new table rows, same context) before each step.
+`--churn K` replaces K requests by new ones (new table rows, same context) before each step, and
+`--plain-weights` keeps the fp32 weights out of oneDNN's packed layout.
 
     python benchmarks/cpu_decode_step.py [--model PATH] [--shapes 1x500 6x500 20x700] [--steps 10] [--dtype float32]
     python benchmarks/cpu_decode_step.py --prefill 2048 8192
@@ -95,12 +96,18 @@ def main() -> None:
     ap.add_argument("--prefill", nargs="*", type=int, default=None, help="time one prompt of each length instead")
     ap.add_argument("--shared", type=int, default=0, help="context tokens every request shares with the first")
     ap.add_argument("--no-cascade", action="store_true", help="read a shared prefix once per request (A/B)")
+    ap.add_argument("--plain-weights", action="store_true",
+                    help="keep fp32 weights unpacked (where oneDNN runs the linears, they are packed; A/B)")
     ap.add_argument("--churn", type=int, default=0, help="requests replaced by new ones before each step")
     ap.add_argument("--no-kv-copies", action="store_true",
                     help="gather every context from the pool at each step instead of carrying the batch's K/V (A/B)")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.plain_weights:
+        from radixgen import kernels
+
+        kernels.linear_weight_packer = lambda dtype, device: None
     if args.no_cascade:
         from radixgen.kernels import attention_torch
 

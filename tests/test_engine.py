@@ -289,3 +289,17 @@ def _flat(nested) -> list[float]:
     if isinstance(nested, (list, tuple)):
         return [x for item in nested for x in _flat(item)]
     return [float(nested)]
+
+
+def test_the_engine_is_built_on_a_short_lived_thread():
+    """Model building runs parallel torch ops; on the caller's thread its OpenMP team would outlive it and
+    throttle the loop thread's (runtime/engine.py `_on_own_thread`). Errors still reach the caller."""
+    import threading
+
+    from radixgen.runtime.engine import _on_own_thread
+
+    seen = []
+    _on_own_thread(lambda: seen.append(threading.current_thread()))
+    assert seen[0] is not threading.current_thread() and not seen[0].is_alive()
+    with pytest.raises(ValueError, match="boom"):
+        _on_own_thread(lambda: (_ for _ in ()).throw(ValueError("boom")))
