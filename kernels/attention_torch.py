@@ -131,6 +131,7 @@ class DecodeKVCopy:
     v: Tensor
     rows: Tensor  # [B] int64: buffer row of decode request b
     fill: Tensor  # [F] int64: the requests b whose rows are (re)filled from the pool before this step's append
+    fill_from: Tensor  # [F] int64: the first position each of them fills (what their rows hold already ends there)
     num_rows: int  # attention runs over buffer rows [0, num_rows); rows no request holds are fully masked
     shared: int = 0  # leading slots every request has in common: read from the pool once per step (cascade)
     in_order: bool = False  # rows == arange(B) and num_rows == B: no scatter of queries or gather of outputs
@@ -141,12 +142,17 @@ def _decode_from_copy(q: Tensor, k_cache: Tensor, v_cache: Tensor, req_to_token:
     """`decode_attention_torch` reading each request's own keys from `copy`, brought up to date first."""
     p, rows = copy.shared, copy.rows
     if len(copy.fill):
-        f = copy.fill
-        n = int(seq[f].max()) - p
-        slots = req_to_token[req_pool_indices[f], p : p + n].long().reshape(-1)
+        f, start = copy.fill, copy.fill_from
+        end = seq[f]
+        n = int((end - start).max())
+        # Positions start .. end - 1 of each filled request; shorter ranges repeat their last position (the same
+        # slot written twice with the same values).
+        pos = torch.minimum(start[:, None] + torch.arange(n, device=q.device), end[:, None] - 1)  # [F, n]
+        slots = req_to_token[req_pool_indices[f][:, None], pos].long().reshape(-1)
         shape = (len(f), n, *k_cache.shape[1:])
-        copy.k[rows[f], :, :n] = k_cache.index_select(0, slots).view(shape).transpose(1, 2).to(copy.k.dtype)
-        copy.v[rows[f], :, :n] = v_cache.index_select(0, slots).view(shape).transpose(1, 2).to(copy.v.dtype)
+        r, c = rows[f][:, None].expand(-1, n), pos - p
+        copy.k.permute(0, 2, 1, 3)[r, c] = k_cache.index_select(0, slots).view(shape).to(copy.k.dtype)
+        copy.v.permute(0, 2, 1, 3)[r, c] = v_cache.index_select(0, slots).view(shape).to(copy.v.dtype)
     newest = req_to_token[req_pool_indices, seq - 1].long()
     copy.k.permute(0, 2, 1, 3)[rows, seq - 1 - p] = k_cache.index_select(0, newest).to(copy.k.dtype)
     copy.v.permute(0, 2, 1, 3)[rows, seq - 1 - p] = v_cache.index_select(0, newest).to(copy.v.dtype)

@@ -5,15 +5,19 @@ batch (the slots of one request are scattered: a cached prefix, then tokens allo
 copy costs about as much as the attention reading it. Consecutive steps gather the same keys again plus one new
 key per request. `DecodeKVCopies` keeps each decoding request's keys and values in a row of per-layer buffers
 instead: a request new to the copies has its row filled from the pool once, and from then on each step only
-writes its newest key and value. Requests that leave free their rows for the next ones, so a batch whose
-membership changes every step (continuous batching) still fills only its newcomers.
+writes its newest key and value.
+
+A row whose request left keeps what it holds, with the slots it was read from: a newcomer whose first positions
+are those slots (the next turn of a conversation, the next `gen` of a program: a prefix shared through the
+radix cache) takes the row and fills only the rest. The slots of such a row are watched: a forward that writes
+any of them (they were freed and handed out again) makes the row forget. Rows no request needs are reused by
+the next newcomers; once holes are a quarter of the rows in use, the rows are rebuilt in batch order.
 
 Policy lives here, the tensor work in `kernels.attention_torch` (`DecodeKVCopy`, `decode_attention_torch`).
-A row is trusted only for the same holder of the same request-table row (`ReqToTokenPool.allocations`) at
-exactly one position shorter than now, so any forward that extended the request another way (a prefill chunk,
-a jump-forward) makes the next decode refill it. Rows no decode request holds become holes, reused by the next
-newcomers; once holes are a quarter of the rows, the rows are rebuilt in batch order. The buffers take at most
-`max_bytes`; a batch that would need more decodes through the gather.
+A held row is trusted only for the same holder of the same request-table row (`ReqToTokenPool.allocations`)
+at exactly one position shorter than now, so a forward that extended the request another way (a prefill chunk,
+a jump-forward) makes the next decode fill it again. The buffers take at most `max_bytes`; a batch that would
+need more decodes through the gather.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ ROW_ROUNDING = 8  # buffer rows come in multiples of this, so requests can join 
 
 class DecodeKVCopies:
     """Owns the copy buffers ([R, Hkv, capacity, D] per layer, K and V) and, per forward, which decode request
-    holds which row and which rows must be filled from the pool."""
+    holds which row and which positions of it must be filled from the pool."""
 
     def __init__(self, num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype, max_bytes: int,
                  allocations: np.ndarray, cascade: bool = True) -> None:
@@ -41,21 +45,24 @@ class DecodeKVCopies:
         self._k: list[torch.Tensor] = []
         self._v: list[torch.Tensor] = []
         self._row_of = np.full(len(allocations), -1, dtype=np.int64)  # table row -> buffer row (-1: none)
-        self._holder = np.zeros(0, dtype=np.int64)  # buffer row -> table row holding it (-1: a hole)
-        self._holder_alloc = np.zeros(0, dtype=np.int64)  # buffer row -> that table row's allocation count
-        self._len = np.zeros(0, dtype=np.int64)  # buffer row -> positions it holds (the request's length then)
+        self._resize_rows(0, 0)
         self._shared = 0
         self._shared_slots = torch.zeros(0, dtype=torch.int32)
-        self.filled_rows = 0  # rows filled from the pool (counters for tests and benchmarks)
+        self.filled_positions = 0  # positions copied from the pool (counters for tests and benchmarks)
+        self.reused_positions = 0  # positions a newcomer found in a left request's row
         self.appended_rows = 0  # rows that only had their newest position written
         self.rebuilds = 0  # forwards that reassigned every row (a new capacity, a new shared prefix, compaction)
 
     def plan(self, batch: ForwardBatch) -> list[kernels.DecodeKVCopy] | None:
         """The per-layer copies the decode requests of this forward (all of a decode batch, the leading
-        `num_decode_rows` of a mixed one) read, or None. Call once per forward, in order."""
+        `num_decode_rows` of a mixed one) read, or None. Call once per forward, in order: it also watches every
+        forward's KV writes."""
+        written = batch.out_cache_loc.cpu().numpy()
         nd = batch.batch_size if batch.mode is ForwardMode.DECODE else batch.num_decode_rows
+        table = batch.req_to_token
         if nd == 0:
-            self._drop_all()
+            self._release(np.ones(len(self._holder), dtype=bool))
+            self._forget_written(written)
             return None
         table_rows = batch.req_pool_indices[:nd].cpu().numpy()
         lens = batch.seq_lens[:nd].cpu().numpy().astype(np.int64)
@@ -64,45 +71,68 @@ class DecodeKVCopies:
         held = rows >= 0
         held[held] &= self._holder_alloc[rows[held]] == allocs[held]
         rows[~held] = -1
-        current = held.copy()
-        current[held] &= self._len[rows[held]] == lens[held] - 1
-        # Rows of requests not decoding now free up; rows of requests decoding now but stale get refilled.
+        have = np.zeros(nd, dtype=np.int64)  # positions each request's row holds
+        have[held] = self._len[rows[held]]
+        have[have != lens - 1] = 0  # extended another way: fill again from the start
         keep = np.zeros(len(self._holder), dtype=bool)
         keep[rows[held]] = True
-        self._free_rows(~keep & (self._holder >= 0))
-        rebuild = not self._fits(batch.req_to_token, table_rows, lens, rows, held)
-        if rebuild:
+        self._release(~keep & (self._holder >= 0))  # left: their rows keep their contents for newcomers
+        self._forget_written(written)  # ... unless this forward reuses their slots
+        if not self._fits(table, table_rows, lens, rows):
             if not self._rebuild(batch, nd, lens):
                 return None
-            rows, current = np.arange(nd), np.zeros(nd, dtype=bool)
+            rows, have = np.arange(nd), np.zeros(nd, dtype=np.int64)
         else:
-            holes = np.flatnonzero(self._holder < 0)
-            newcomers = np.flatnonzero(rows < 0)
-            rows[newcomers] = holes[: len(newcomers)]
-        self._holder[rows], self._holder_alloc[rows], self._len[rows] = table_rows, allocs, lens
-        self._row_of[table_rows] = rows
-        fill = np.flatnonzero(~current)
-        self.filled_rows += len(fill)
-        self.appended_rows += nd - len(fill)
+            self._place_newcomers(table, table_rows, lens, rows, have)
+        have = np.maximum(have, self._shared)
+        fill = np.flatnonzero(have < lens - 1)
+        self._record(table, table_rows, lens, allocs, rows, have, fill)
         num_rows = int(rows.max()) + 1
         in_order = num_rows == nd and bool((rows == np.arange(nd)).all())
-        rows_t, fill_t = torch.from_numpy(rows.copy()), torch.from_numpy(fill)
-        return [kernels.DecodeKVCopy(k, v, rows_t, fill_t, num_rows, self._shared, in_order)
+        rows_t, fill_t, from_t = torch.from_numpy(rows.copy()), torch.from_numpy(fill), torch.from_numpy(have[fill])
+        return [kernels.DecodeKVCopy(k, v, rows_t, fill_t, from_t, num_rows, self._shared, in_order)
                 for k, v in zip(self._k, self._v)]
 
-    def _fits(self, table: torch.Tensor, table_rows: np.ndarray, lens: np.ndarray, rows: np.ndarray,
-              held: np.ndarray) -> bool:
+    # ------------------------------------------------------------ placement
+    def _place_newcomers(self, table: torch.Tensor, table_rows: np.ndarray, lens: np.ndarray, rows: np.ndarray,
+                         have: np.ndarray) -> None:
+        """Give each request without a row a free one: the free row whose remembered slots are the longest
+        prefix of the request's own (`have` then counts those positions), else a row with nothing to offer."""
+        p = self._shared
+        for b in np.flatnonzero(rows < 0):
+            free = np.flatnonzero((self._holder < 0) & ~self._taken)
+            best, best_len = -1, p
+            known = free[(self._len[free] > p) & (self._len[free] <= lens[b] - 1)]
+            if len(known):
+                n = int(self._len[known].max()) - p
+                mine = table[int(table_rows[b]), p : p + n].numpy()
+                same = self._slots[known, :n] == mine[None, :]
+                # positions matched from the start, per candidate, capped by what the row holds
+                run = np.where(same.all(1), n, np.argmin(same, axis=1))
+                ok = run >= self._len[known] - p
+                if ok.any():
+                    i = int(np.argmax(np.where(ok, self._len[known], -1)))
+                    best, best_len = int(known[i]), int(self._len[known[i]])
+            if best < 0:  # a row nothing remembered, else the one remembering least
+                best = int(free[np.argmin(self._len[free])])
+            rows[b], have[b] = best, best_len
+            self._taken[best] = True
+            self.reused_positions += best_len - p
+        self._taken[:] = False
+
+    def _fits(self, table: torch.Tensor, table_rows: np.ndarray, lens: np.ndarray, rows: np.ndarray) -> bool:
         """Whether this forward can keep the current rows: capacity for every length, enough free rows for the
         newcomers, holes under a quarter of the rows in use, and every newcomer sharing the cascade prefix."""
         if not self._k:
             return False
         newcomers = int((rows < 0).sum())
-        free = int((self._holder < 0).sum())
-        if int(lens.max()) - self._shared > self._k[0].shape[2] or newcomers > free:
+        free = np.flatnonzero(self._holder < 0)
+        if newcomers > len(free):
             return False
-        used = np.concatenate([rows[held], np.flatnonzero(self._holder < 0)[:newcomers]])
-        num_rows = int(used.max()) + 1
-        if 4 * (num_rows - len(used)) > num_rows:  # holes the attention would read through
+        if int(lens.max()) - self._shared > self._k[0].shape[2] and not self._grow(int(lens.max()) - self._shared):
+            return False
+        num_rows = max(int(rows.max()) + 1, int(free[:newcomers].max()) + 1 if newcomers else 0)
+        if 4 * (num_rows - len(rows)) > num_rows:  # holes the attention would read through
             return False
         if self._shared:
             if int(lens.min()) - 1 < self._shared:
@@ -114,7 +144,7 @@ class DecodeKVCopies:
 
     def _rebuild(self, batch: ForwardBatch, nd: int, lens: np.ndarray) -> bool:
         """Every decode request gets row b = its batch position; buffers reallocated when too small."""
-        self._drop_all()
+        self._release(np.ones(len(self._holder), dtype=bool))
         rpi, seq = batch.req_pool_indices[:nd], batch.seq_lens[:nd]
         shared = kernels.cascade_prefix_len(batch.req_to_token, rpi, seq) if self.cascade else 0
         if not self._reserve(nd, int(lens.max()) - shared + HEADROOM):
@@ -124,13 +154,58 @@ class DecodeKVCopies:
         self.rebuilds += 1
         return True
 
-    def _free_rows(self, mask: np.ndarray) -> None:
+    # ----------------------------------------------------------- bookkeeping
+    def _record(self, table: torch.Tensor, table_rows: np.ndarray, lens: np.ndarray, allocs: np.ndarray,
+                rows: np.ndarray, have: np.ndarray, fill: np.ndarray) -> None:
+        """Holders, lengths and remembered slots after this forward's fills and appends."""
+        p = self._shared
+        self._holder[rows], self._holder_alloc[rows] = table_rows, allocs
+        self._row_of[table_rows] = rows
+        for b in fill:  # the slots the fill reads, then every request's newest
+            lo, hi = int(have[b]), int(lens[b]) - 1
+            self._slots[rows[b], lo - p : hi - p] = table[int(table_rows[b]), lo:hi].numpy()
+        newest = table[torch.from_numpy(table_rows), torch.from_numpy(lens - 1)].numpy()
+        self._slots[rows, lens - 1 - p] = newest
+        self._len[rows] = lens
+        self.filled_positions += int((lens[fill] - 1 - have[fill]).sum())
+        self.appended_rows += len(rows) - len(fill)
+
+    def _release(self, mask: np.ndarray) -> None:
+        """The rows in `mask` lose their holders and keep what they hold."""
         gone = self._holder[mask]
         self._row_of[gone[gone >= 0]] = -1
         self._holder[mask] = -1
 
-    def _drop_all(self) -> None:
-        self._free_rows(np.ones(len(self._holder), dtype=bool))
+    def _forget_written(self, written: np.ndarray) -> None:
+        """Rows without a holder forget contents read from slots this forward writes (freed, handed out again)."""
+        free = np.flatnonzero((self._holder < 0) & (self._len > self._shared))
+        if len(free) == 0 or len(written) == 0:
+            return
+        p = self._shared
+        width = int(self._len[free].max()) - p
+        mem = self._slots[free, :width]
+        valid = np.arange(width)[None, :] < (self._len[free] - p)[:, None]
+        hit = (np.isin(mem, written) & valid).any(1)
+        self._len[free[hit]] = 0
+
+    def _grow(self, positions: int) -> bool:
+        """Longer buffers (at least twice as long: growth is a copy of everything held) with every row's contents
+        kept."""
+        old_k, old_v, held = self._k, self._v, self._k[0].shape[2]
+        positions = max(-(-(positions + HEADROOM) // HEADROOM) * HEADROOM, 2 * held)
+        shape = (old_k[0].shape[0], self.num_kv_heads, positions, self.head_dim)
+        if 2 * self.num_layers * int(np.prod(shape)) * old_k[0].element_size() > self.max_bytes:
+            return False
+        self._k, self._v = [], []
+        for old, new in ((old_k, self._k), (old_v, self._v)):
+            while old:
+                buf = torch.zeros(shape, dtype=self.dtype)
+                buf[:, :, :held] = old.pop(0)
+                new.append(buf)
+        slots = np.zeros((shape[0], shape[2]), dtype=np.int32)
+        slots[:, :held] = self._slots
+        self._slots = slots
+        return True
 
     def _reserve(self, batch: int, positions: int) -> bool:
         """Buffers holding at least `batch` rows of `positions`; reuses the current ones when they fit."""
@@ -141,18 +216,20 @@ class DecodeKVCopies:
             nbytes = 2 * self.num_layers * int(np.prod(shape)) * torch.empty((), dtype=self.dtype).element_size()
             self._k, self._v = [], []  # free the old buffers before allocating the new
             if nbytes > self.max_bytes:
-                self._resize_rows(0)
+                self._resize_rows(0, 0)
                 return False
             # Zeros, not empty: masked columns still enter the attention's P @ V with weight 0, and 0 * NaN is NaN.
             self._k = [torch.zeros(shape, dtype=self.dtype) for _ in range(self.num_layers)]
             self._v = [torch.zeros(shape, dtype=self.dtype) for _ in range(self.num_layers)]
-        self._resize_rows(self._k[0].shape[0])
+        self._resize_rows(self._k[0].shape[0], self._k[0].shape[2])
         return True
 
-    def _resize_rows(self, n: int) -> None:
-        self._holder = np.full(n, -1, dtype=np.int64)
-        self._holder_alloc = np.zeros(n, dtype=np.int64)
-        self._len = np.zeros(n, dtype=np.int64)
+    def _resize_rows(self, n: int, positions: int) -> None:
+        self._holder = np.full(n, -1, dtype=np.int64)  # buffer row -> table row holding it (-1: free)
+        self._holder_alloc = np.zeros(n, dtype=np.int64)  # buffer row -> that table row's allocation count
+        self._len = np.zeros(n, dtype=np.int64)  # buffer row -> positions it holds (from the start)
+        self._slots = np.zeros((n, positions), dtype=np.int32)  # buffer row -> the slots its columns came from
+        self._taken = np.zeros(n, dtype=bool)  # scratch: rows given out in this forward's placement
 
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self._k + self._v)

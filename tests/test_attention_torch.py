@@ -166,7 +166,8 @@ COPY_CASES = [
     ([20, 26], 4, 1, 16, None, 8),  # the first 8 slots are the same for both rows (cascade over the copies)
 ]
 # Where the requests' rows sit in the buffers: in batch order, or scattered among rows no request holds (which
-# the attention must mask); at step 2 one request's row is refilled, as for a request new to the copies.
+# the attention must mask); at step 2 the last request's row is refilled from 3 positions before its newest on
+# (its earlier columns kept, as when a newcomer finds its prefix in a left request's row).
 LAYOUTS = ["in order", "scattered with holes"]
 
 
@@ -194,9 +195,16 @@ def test_decode_over_carried_copies_equals_the_reference_step_after_step(lens, h
         if step:  # each request's next token gets a fresh slot
             r2t[rpi, seq.long()] = free[step * b : (step + 1) * b].int()
             seq = seq + 1
-        fill = torch.arange(b) if step == 0 else torch.tensor([b - 1] if step == 2 else [], dtype=torch.long)
-        copy = attention_torch.DecodeKVCopy(*bufs, rows=rows, fill=fill, num_rows=num_rows, shared=shared,
-                                            in_order=layout == "in order")
+        if step == 0:
+            fill, start = torch.arange(b), torch.full((b,), shared)
+        elif step == 2:
+            fill, start = torch.tensor([b - 1]), (seq[-1:] - 3).long().clamp(min=shared)
+            for buf in bufs:  # stale columns the fill must replace
+                buf[rows[-1], :, int(start) - shared :] = torch.randn(hkv, capacity - int(start) + shared, d)
+        else:
+            fill, start = torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long)
+        copy = attention_torch.DecodeKVCopy(*bufs, rows=rows, fill=fill, fill_from=start, num_rows=num_rows,
+                                            shared=shared, in_order=layout == "in order")
         q = torch.randn(b, hq, d, generator=g)
         want = decode_attention_reference(q, kc, vc, r2t, rpi, seq, d ** -0.5, window)
         got = decode_attention_torch(q, kc, vc, r2t, rpi, seq, d ** -0.5, window, kv_copy=copy)

@@ -13,11 +13,20 @@ LAYERS, KV_HEADS, HEAD_DIM, TABLE_ROWS = 2, 2, 8, 16
 ROW_BYTES = 2 * LAYERS * KV_HEADS * HEAD_DIM * 4  # K and V of one position of one request, every layer, fp32
 
 
-def _batch(rows: list[int], lens: list[int], extend: list[int] | None = None):
+def _table(shares: dict[int, tuple[int, int]] | None = None) -> torch.Tensor:
+    """The request table: every position its own slot, except row r's first n positions, which are row q's
+    for every r: (q, n) in `shares` (a prefix shared through the radix cache, or slots handed out again)."""
+    table = torch.arange(TABLE_ROWS * 512, dtype=torch.int32).view(TABLE_ROWS, 512)
+    for r, (q, n) in (shares or {}).items():
+        table[r, :n] = table[q, :n]
+    return table
+
+
+def _batch(rows: list[int], lens: list[int], extend: list[int] | None = None, table: torch.Tensor | None = None):
     """A ForwardBatch whose request in table row rows[i] reaches lens[i] tokens by computing extend[i] tokens (1
     each by default: a decode batch; decode rows first in a mixed one, as the scheduler orders them)."""
     extend = extend or [1] * len(rows)
-    table = torch.arange(TABLE_ROWS * 512, dtype=torch.int32).view(TABLE_ROWS, 512)  # every position its slot
+    table = _table() if table is None else table
     loc = np.concatenate([table[r, n - e : n].numpy() for r, n, e in zip(rows, lens, extend)])
     return build_forward_batch([[7] * e for e in extend], [n - e for n, e in zip(lens, extend)], rows, table,
                                torch.from_numpy(loc.astype(np.int64)))
@@ -30,15 +39,15 @@ def _copies(max_bytes: int = 1 << 30) -> DecodeKVCopies:
 
 # Each case: forwards as (table rows, lengths after the step, extend lengths or None for decode, table rows
 # handed to a new request just before), and per forward what each decode request's row gets: "F" filled from
-# the pool, "A" only its newest position appended ("" for a forward without decode requests); "R" marks a
-# forward that rebuilt every row.
+# the pool, "P" filled from where a left request's row it took ends, "A" only its newest position appended (""
+# for a forward without decode requests); "R" marks a forward that rebuilt every row.
 SEQUENCES = {
     "same batch, one longer each step": (
         [([1, 2], [10, 20], None, []), ([1, 2], [11, 21], None, []), ([1, 2], [12, 22], None, [])],
         ["FF R", "AA", "AA"]),
     "a prefill without decodes in between": (
         [([1, 2], [10, 20], None, []), ([3], [30], [30], [3]), ([1, 2], [11, 21], None, [])],
-        ["FF R", "", "FF"]),
+        ["FF R", "", "AA"]),  # their rows were released, and taken back by slots
     "a mixed step: the decodes beside a chunk keep appending": (
         [([1, 2], [10, 20], None, []), ([1, 2, 3], [11, 21, 8], [1, 1, 8], [3]), ([1, 2], [12, 22], None, [])],
         ["FF R", "AA", "AA"]),
@@ -57,28 +66,44 @@ SEQUENCES = {
         ["FF R", "AA"]),
     "a request extended another way (jump-forward) in between": (
         [([1, 2], [10, 20], None, []), ([1, 2], [11, 24], [1, 4], []), ([1, 2], [12, 25], None, [])],
-        ["FF R", "A", "AF"]),
+        ["FF R", "A", "AP"]),
     "a table row handed to a new request of the same length": (
-        [([1, 2], [10, 20], None, []), ([1, 2], [11, 21], None, [2])],
+        [([1, 2], [10, 20], None, []), ([1, 2], [11, 21], None, [2], _table({2: (5, 21)}))],
         ["FF R", "AF"]),
-    "growing past the capacity": (
+    "growing past the capacity (longer buffers, contents kept)": (
         [([1], [HEADROOM], None, [])] + [([1], [HEADROOM + k], None, []) for k in range(1, HEADROOM + 2)],
-        ["F R"] + ["A"] * HEADROOM + ["F R"]),
+        ["F R"] + ["A"] * (HEADROOM + 1)),
     "holes over a quarter of the rows": (
         [([1, 2, 3, 4], [5, 5, 5, 5], None, []), ([4], [6], None, [])],
         ["FFFF R", "F R"]),
 }
 
 
+# Row 2's first 11 positions are row 1's slots: the next turn of row 1's conversation, after a prefill of its
+# new tokens. Row 3's too, but computed from scratch: those slots were freed and handed out again.
+NEXT_TURN = _table({2: (1, 11), 3: (1, 11)})
+SEQUENCES.update({
+    "the next turn takes the left request's row and fills the rest": (
+        [([1], [10], None, []), ([1], [11], None, []), ([2], [16], [5], [2]), ([2], [17], None, [])],
+        ["F R", "A", "", "P"]),
+    "a left request's slots written again are forgotten": (
+        [([1], [10], None, []), ([1], [11], None, []), ([3], [16], [16], [3]), ([2], [16], [5], [2]),
+         ([2], [17], None, [])],
+        ["F R", "A", "", "", "F"]),
+})
+
+
 @pytest.mark.parametrize("name", list(SEQUENCES))
 def test_rows_are_appended_only_for_the_same_request_one_position_on(name):
     steps, want = SEQUENCES[name]
     copies = _copies()
+    table = NEXT_TURN if name in ("the next turn takes the left request's row and fills the rest",
+                                  "a left request's slots written again are forgotten") else _table()
     got = []
-    for rows, lens, extend, handed_out in steps:
+    for rows, lens, extend, handed_out, *step_table in steps:  # a step may bring its own table
         copies.allocations[handed_out] += 1
         rebuilds = copies.rebuilds
-        plan = copies.plan(_batch(rows, lens, extend))
+        plan = copies.plan(_batch(rows, lens, extend, step_table[0] if step_table else table))
         if plan is None:
             got.append("")
             continue
@@ -86,7 +111,8 @@ def test_rows_are_appended_only_for_the_same_request_one_position_on(name):
         assert len(plan) == LAYERS and len(set(plan[0].rows.tolist())) == nd  # one row per request
         assert plan[0].k.shape[2] >= max(lens[:nd])  # room for every position of the longest request
         assert torch.isfinite(plan[0].k).all()  # masked columns meet P @ V: never NaN
-        marks = "".join("F" if b in plan[0].fill.tolist() else "A" for b in range(nd))
+        start = dict(zip(plan[0].fill.tolist(), plan[0].fill_from.tolist()))
+        marks = "".join("A" if b not in start else "F" if start[b] == plan[0].shared else "P" for b in range(nd))
         got.append(marks + (" R" if copies.rebuilds > rebuilds else ""))
     assert got == want
 
@@ -105,5 +131,17 @@ def test_buffers_are_reused_while_the_batch_fits():
     first = copies.plan(_batch([1, 2, 3], [10, 20, 30]))
     second = copies.plan(_batch([4, 5], [5, 6], [5, 6]))  # a prefill: no decode requests, every row freed
     assert second is None
-    third = copies.plan(_batch([4, 5], [6, 7]))  # new requests: rows refilled in the same memory
-    assert third[0].in_order and third[0].k.data_ptr() == first[0].k.data_ptr()
+    third = copies.plan(_batch([4, 5], [6, 7]))  # new requests: rows filled in the same memory
+    assert len(third[0].fill) == 2 and third[0].k.data_ptr() == first[0].k.data_ptr()
+
+
+def test_longer_buffers_keep_what_the_rows_hold():
+    copies = _copies()
+    first = copies.plan(_batch([1, 2], [5, 9]))
+    for buf in first[0].k, first[0].v:
+        buf[:2, :, :9] = torch.randn(2, KV_HEADS, 9, HEAD_DIM)  # stands for the filled keys and values
+    held = first[0].k[:2, :, :9].clone()
+    capacity = first[0].k.shape[2]
+    grown = copies.plan(_batch([1, 2], [6, capacity + 1]))  # ... after many appends of request 2
+    assert grown[0].k.shape[2] > capacity and len(grown[0].fill) == 1  # request 2 jumped: only it refills
+    torch.testing.assert_close(grown[0].k[:2, :, :9], held)
