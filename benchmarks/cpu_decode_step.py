@@ -7,8 +7,11 @@ With `--prefill N ...` it times instead one forward of a single N-token prompt (
 and the growth of the process's peak memory over the loaded model. With `--shared P` every request's first P
 context tokens are the first request's KV slots, as after a radix-cache hit; `--no-cascade` turns off the CPU
 attention's shared-prefix path for an A/B, `--no-kv-copies` the per-layer K/V copies decode steps carry;
-`--churn K` replaces K requests by new ones (new table rows, same context) before each step, and
-`--plain-weights` keeps the fp32 weights out of oneDNN's packed layout.
+`--churn K` replaces K requests before each step by new ones (new table rows) over the same context, as the
+next turn of a conversation takes over its previous turn's cached KV, and
+`--plain-weights` keeps the fp32 weights out of oneDNN's packed layout. `--threads-as caller-built` steps on a
+second thread after building on the main one (so two threads hold OpenMP teams, as the engine did before it
+built on a short-lived thread; `engine` is what it does now).
 
     python benchmarks/cpu_decode_step.py [--model PATH] [--shapes 1x500 6x500 20x700] [--steps 10] [--dtype float32]
     python benchmarks/cpu_decode_step.py --prefill 2048 8192
@@ -21,6 +24,7 @@ from __future__ import annotations
 import argparse
 import resource
 import statistics
+import threading
 import time
 
 import torch
@@ -46,8 +50,8 @@ def extend(runner, rows: list[int], lens: list[int], tokens: list[list[int]]) ->
 def step_times(runner, batch: int, context: int, steps: int, shared: int = 0, churn: int = 0) -> list[float]:
     """Median-able decode step times; with `shared`, every request's first `shared` context tokens are the
     first request's KV slots (a prefix shared through the radix cache); with `churn`, before each step that many
-    requests are replaced by new ones (new request-table rows) holding the same context, as when requests finish
-    and others join a running batch."""
+    requests are replaced by new ones (new request-table rows) over the same context, as when the next turn of a
+    conversation joins the batch with its previous turn's KV from the radix cache."""
     table = runner.req_to_token_pool
     rows = [table.alloc() for _ in range(batch)]
     lens = [0] * batch
@@ -101,6 +105,9 @@ def main() -> None:
     ap.add_argument("--churn", type=int, default=0, help="requests replaced by new ones before each step")
     ap.add_argument("--no-kv-copies", action="store_true",
                     help="gather every context from the pool at each step instead of carrying the batch's K/V (A/B)")
+    ap.add_argument("--threads-as", choices=["main", "engine", "caller-built"], default="main",
+                    help="main: build and step on the main thread; engine: build on a short-lived thread and step "
+                         "on another, as the engine does; caller-built: build on the main thread, step on another")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -117,16 +124,30 @@ def main() -> None:
         return
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes]
     total = max(b * (c + args.steps + 4) for b, c in shapes) + 64
-    runner = make_runner(args, total, max(b for b, _ in shapes) + args.churn)
+    built: list = []
+    build = lambda: built.append(make_runner(args, total, max(b for b, _ in shapes) + args.churn))  # noqa: E731
+    on_thread(build) if args.threads_as == "engine" else build()
+    runner = built[0]
     if args.no_kv_copies:
         runner.decode_kv_copies = None
     print(f"shared prefix: {args.shared} tokens (at most context - 1), cascade: {not args.no_cascade}, "
-          f"K/V copies across steps: {runner.decode_kv_copies is not None}, requests replaced per step: {args.churn}")
+          f"K/V copies across steps: {runner.decode_kv_copies is not None}, requests replaced per step: {args.churn}, "
+          f"threads as: {args.threads_as}")
     print(f"{'batch':>5} {'context':>7} {'median step ms':>14} {'min ms':>8} {'tok/s':>8}")
-    for batch, context in shapes:
-        times = step_times(runner, batch, context, args.steps, min(args.shared, context - 1), args.churn)
-        med = statistics.median(times)
-        print(f"{batch:>5} {context:>7} {med * 1e3:>14.1f} {min(times) * 1e3:>8.1f} {batch / med:>8.1f}")
+
+    def run() -> None:
+        for batch, context in shapes:
+            times = step_times(runner, batch, context, args.steps, min(args.shared, context - 1), args.churn)
+            med = statistics.median(times)
+            print(f"{batch:>5} {context:>7} {med * 1e3:>14.1f} {min(times) * 1e3:>8.1f} {batch / med:>8.1f}")
+
+    run() if args.threads_as == "main" else on_thread(run)
+
+
+def on_thread(fn) -> None:
+    thread = threading.Thread(target=fn)
+    thread.start()
+    thread.join()
 
 
 def prefill_table(args) -> None:
