@@ -78,7 +78,10 @@ class DecodeKVCopies:
         keep[rows[held]] = True
         self._release(~keep & (self._holder >= 0))  # left: their rows keep their contents for newcomers
         self._forget_written(written)  # ... unless this forward reuses their slots
-        if not self._fits(table, table_rows, lens, rows):
+        # A batch of newcomers only (a new wave of requests) may share a prefix the current rows do not split off.
+        new_prefix = (self.cascade and not held.any() and kernels.cascade_prefix_len(
+            table, batch.req_pool_indices[:nd], batch.seq_lens[:nd]) != self._shared)
+        if new_prefix or not self._fits(table, table_rows, lens, rows):
             if not self._rebuild(batch, nd, lens):
                 return None
             rows, have = np.arange(nd), np.zeros(nd, dtype=np.int64)
@@ -129,18 +132,17 @@ class DecodeKVCopies:
         free = np.flatnonzero(self._holder < 0)
         if newcomers > len(free):
             return False
-        if int(lens.max()) - self._shared > self._k[0].shape[2] and not self._grow(int(lens.max()) - self._shared):
-            return False
         num_rows = max(int(rows.max()) + 1, int(free[:newcomers].max()) + 1 if newcomers else 0)
         if 4 * (num_rows - len(rows)) > num_rows:  # holes the attention would read through
             return False
         if self._shared:
             if int(lens.min()) - 1 < self._shared:
                 return False
-            if newcomers:
-                new = torch.from_numpy(table_rows[rows < 0])
-                return bool((table[new, : self._shared] == self._shared_slots).all())
-        return True
+            new = torch.from_numpy(table_rows[rows < 0])
+            if newcomers and not bool((table[new, : self._shared] == self._shared_slots).all()):
+                return False
+        longest = int(lens.max()) - self._shared
+        return longest <= self._k[0].shape[2] or self._grow(longest)
 
     def _rebuild(self, batch: ForwardBatch, nd: int, lens: np.ndarray) -> bool:
         """Every decode request gets row b = its batch position; buffers reallocated when too small."""

@@ -12,7 +12,7 @@ import itertools
 import logging
 import threading
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -34,7 +34,7 @@ def load_tokenizer(path):
     return Tokenizer.from_file(str(path))
 
 
-def _on_own_thread(fn: Any) -> None:
+def _on_own_thread(fn: Callable[[], None]) -> None:
     """Run fn on a short-lived thread, re-raising what it raises.
 
     Building the model and its buffers runs torch ops large enough to go parallel, and under OpenMP (libgomp) a

@@ -82,8 +82,8 @@ class ModelRunner:
         self.req_to_token_pool = ReqToTokenPool(config.max_running_requests, self.context_length, self.device)
         logger.info("model %s on %s/%s; KV pool %d tokens (%.2f GiB)", self.model_path, self.device, self.dtype,
                     self.kv_pool.num_usable_slots, self.kv_pool.nbytes() / 2**30)
-        # Decode steps on the CPU carry each layer's padded K/V of the batch across steps, in at most the pool's
-        # size of memory or the CPU pool's default budget, whichever is larger (runtime/decode_kv_copies.py).
+        # Decode steps on the CPU carry each decoding request's K/V across steps, in at most the pool's size of
+        # memory or the CPU pool's default budget, whichever is larger (runtime/decode_kv_copies.py).
         self.decode_kv_copies = None
         if self.device.type == "cpu":
             mc = self.model_config

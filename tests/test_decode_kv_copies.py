@@ -145,3 +145,34 @@ def test_longer_buffers_keep_what_the_rows_hold():
     grown = copies.plan(_batch([1, 2], [6, capacity + 1]))  # ... after many appends of request 2
     assert grown[0].k.shape[2] > capacity and len(grown[0].fill) == 1  # request 2 jumped: only it refills
     torch.testing.assert_close(grown[0].k[:2, :, :9], held)
+
+
+def test_a_shared_prefix_stays_out_of_the_rows():
+    """Requests sharing >= SHARED_PREFIX_MIN leading slots (a cached system prompt) keep only their own keys in
+    their rows (the cascade reads the prefix once); a newcomer without that prefix makes the rows start over."""
+    from radixgen.kernels import attention_torch
+
+    if not attention_torch._flash_lse_available():
+        pytest.skip("torch's CPU flash attention with log-sum-exp is not available")
+    table = _table({2: (1, 80), 3: (1, 80)})
+    copies = DecodeKVCopies(LAYERS, KV_HEADS, HEAD_DIM, torch.float32, 1 << 30, np.ones(TABLE_ROWS, np.int64))
+    first = copies.plan(_batch([1, 2], [100, 90], table=table))
+    assert first[0].shared == 80 and first[0].fill_from.tolist() == [80, 80]
+    joined = copies.plan(_batch([1, 2, 3], [101, 91, 85], table=table))  # 3 shares the prefix: no rebuild
+    assert joined[0].shared == 80 and copies.rebuilds == 1 and joined[0].fill.tolist() == [2]
+    other = copies.plan(_batch([1, 2, 3, 4], [102, 92, 86, 20], table=table))  # 4 does not
+    assert other[0].shared == 0 and copies.rebuilds == 2 and other[0].fill.tolist() == [0, 1, 2, 3]
+
+
+def test_a_new_wave_on_a_shared_prefix_splits_it_off():
+    """Rows set up without a shared prefix, then a batch of newcomers that share one: the rows start over with
+    the prefix left to the cascade."""
+    from radixgen.kernels import attention_torch
+
+    if not attention_torch._flash_lse_available():
+        pytest.skip("torch's CPU flash attention with log-sum-exp is not available")
+    table = _table({5: (4, 80), 6: (4, 80)})
+    copies = DecodeKVCopies(LAYERS, KV_HEADS, HEAD_DIM, torch.float32, 1 << 30, np.ones(TABLE_ROWS, np.int64))
+    assert copies.plan(_batch([1, 2], [30, 40], table=table))[0].shared == 0
+    wave = copies.plan(_batch([4, 5, 6], [100, 90, 95], table=table))
+    assert wave[0].shared == 80 and copies.rebuilds == 2

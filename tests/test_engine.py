@@ -65,6 +65,32 @@ def test_decode_kv_copies_are_carried_and_change_no_token(engine, singles):
         engine.runner.decode_kv_copies = copies
 
 
+def test_decode_kv_copies_over_a_shared_prefix_and_the_next_turn_change_no_token(engine):
+    """Three requests on a long shared prefix (the cascade reads it from the pool, the rows hold the rest), then
+    each one's next turn (its row, left by the first turn, is taken back and only the new tokens filled): the
+    same tokens as gathering every context at every step."""
+    copies = engine.runner.decode_kv_copies
+    if copies is None:
+        pytest.skip("the engine runs on CUDA, where the decode kernel reads the pool in place")
+    system = "You are a careful assistant who answers in one short sentence. " * 8
+    firsts = [system + q for q in ("Q: Why is the sky blue? A:", "Q: What is rain? A:", "Q: Name a bird. A:")]
+
+    def two_turns() -> list[list[int]]:
+        engine.flush_cache()
+        one = engine.generate(firsts, GREEDY)
+        seconds = [p + r["text"] + " Q: And why? A:" for p, r in zip(firsts, one)]
+        return [r["output_ids"] for r in one] + [r["output_ids"] for r in engine.generate(seconds, GREEDY)]
+
+    reused = copies.reused_positions
+    with_copies = two_turns()
+    assert copies.reused_positions > reused  # the second turns found their first turns' rows
+    engine.runner.decode_kv_copies = None
+    try:
+        assert two_turns() == with_copies
+    finally:
+        engine.runner.decode_kv_copies = copies
+
+
 def test_unchunked_engine_gives_the_same_tokens(default_model_path, singles):
     with Engine(str(default_model_path), chunked_prefill_size=0, disable_radix_cache=True) as eng:
         outs = eng.generate(PROMPTS, GREEDY)
