@@ -125,7 +125,10 @@ def main() -> None:
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes]
     total = max(b * (c + args.steps + 4) for b, c in shapes) + 64
     built: list = []
-    build = lambda: built.append(make_runner(args, total, max(b for b, _ in shapes) + args.churn))  # noqa: E731
+
+    def build() -> None:
+        built.append(make_runner(args, total, max(b for b, _ in shapes) + args.churn))
+
     on_thread(build) if args.threads_as == "engine" else build()
     runner = built[0]
     if args.no_kv_copies:
