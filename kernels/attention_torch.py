@@ -8,7 +8,7 @@ requests: requests are padded to the longest KV length and masked.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -32,24 +32,32 @@ def _gather_kv(k_cache: Tensor, v_cache: Tensor, slots: Tensor, dtype: torch.dty
 
 
 def _padded_attention(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, kv_len: Tensor, sm_scale: float,
-                      sliding_window: int | None) -> Tensor:
+                      sliding_window: int | None, mask: Tensor | None = None) -> Tensor:
     """q [B, E, Hq, D] at positions q_pos [B, E] over k, v [B, Hkv, L, D] (kv_len [B] valid) -> [B, E, Hq, D].
 
     One `scaled_dot_product_attention` call (torch's fused CPU flash kernel: fp32 accumulation and softmax for
     bf16 inputs, like the Triton kernels) with GQA folded into the query rows: the G query heads sharing a KV
     head become G x E query rows of that head, so K and V are never copied or repeated per query head. Rows of
-    padding (past a request's extend) may come out as NaN; callers drop them."""
+    padding (past a request's extend) may come out as NaN; callers drop them. `mask`: `_padded_mask`'s result
+    for these arguments, when the caller already has it."""
     b, e, hq, d = q.shape
-    hkv, length = k.shape[1], k.shape[2]
+    hkv = k.shape[1]
     g = hq // hkv
     rows = q.view(b, e, hkv, g, d).permute(0, 2, 3, 1, 4).reshape(b, hkv, g * e, d)  # row g * E + i
-    kv_pos = torch.arange(length, device=q.device)
+    if mask is None:
+        mask = _padded_mask(q_pos, kv_len, k.shape[2], g, sliding_window)
+    out = F.scaled_dot_product_attention(rows, k, v, attn_mask=mask, scale=sm_scale)  # [B, Hkv, G*E, D]
+    return out.view(b, hkv, g, e, d).permute(0, 3, 1, 2, 4).reshape(b, e, hq, d)
+
+
+def _padded_mask(q_pos: Tensor, kv_len: Tensor, length: int, g: int, sliding_window: int | None) -> Tensor:
+    """[B, 1, G*E, L] bool, True where query row g * E + i of request b may see key j: causal, within the
+    request's length and its sliding window, the same for every KV head."""
+    kv_pos = torch.arange(length, device=q_pos.device)
     mask = (kv_pos[None, None, :] <= q_pos[:, :, None]) & (kv_pos[None, None, :] < kv_len[:, None, None])
     if sliding_window is not None:
         mask &= kv_pos[None, None, :] > (q_pos[:, :, None] - sliding_window)
-    mask = mask[:, None] if g == 1 else mask.repeat(1, g, 1)[:, None]  # [B, 1, G*E, L], every KV head
-    out = F.scaled_dot_product_attention(rows, k, v, attn_mask=mask, scale=sm_scale)  # [B, Hkv, G*E, D]
-    return out.view(b, hkv, g, e, d).permute(0, 3, 1, 2, 4).reshape(b, e, hq, d)
+    return mask[:, None] if g == 1 else mask.repeat(1, g, 1)[:, None]
 
 
 @functools.lru_cache(maxsize=1)
@@ -135,43 +143,69 @@ class DecodeKVCopy:
     num_rows: int  # attention runs over buffer rows [0, num_rows); rows no request holds are fully masked
     shared: int = 0  # leading slots every request has in common: read from the pool once per step (cascade)
     in_order: bool = False  # rows == arange(B) and num_rows == B: no scatter of queries or gather of outputs
+    # Scratch the layers of one forward share (the same dict in every layer's copy): index tensors the first
+    # layer works out. A caller that builds one copy per call passes nothing.
+    step: dict = field(default_factory=dict)
 
 
 def _decode_from_copy(q: Tensor, k_cache: Tensor, v_cache: Tensor, req_to_token: Tensor, req_pool_indices: Tensor,
                       seq: Tensor, copy: DecodeKVCopy, sm_scale: float, sliding_window: int | None) -> Tensor:
     """`decode_attention_torch` reading each request's own keys from `copy`, brought up to date first."""
     p, rows = copy.shared, copy.rows
+    idx = copy.step
+    if "newest" not in idx:  # the first layer of the forward works out what every layer indexes with
+        _index_step(idx, req_to_token, req_pool_indices, seq, copy)
+    if "fill_slots" in idx:
+        shape = (*idx["fill_rows"].shape, *k_cache.shape[1:])
+        copy.k.permute(0, 2, 1, 3)[idx["fill_rows"], idx["fill_cols"]] = (
+            k_cache.index_select(0, idx["fill_slots"]).view(shape).to(copy.k.dtype))
+        copy.v.permute(0, 2, 1, 3)[idx["fill_rows"], idx["fill_cols"]] = (
+            v_cache.index_select(0, idx["fill_slots"]).view(shape).to(copy.v.dtype))
+    newest = idx["newest"]
+    copy.k.permute(0, 2, 1, 3)[rows, idx["newest_cols"]] = k_cache.index_select(0, newest).to(copy.k.dtype)
+    copy.v.permute(0, 2, 1, 3)[rows, idx["newest_cols"]] = v_cache.index_select(0, newest).to(copy.v.dtype)
+    length = idx["length"]
+    kt = copy.k[: copy.num_rows, :, : length - p]  # [R', Hkv, L - P, D] views: no copy
+    vt = copy.v[: copy.num_rows, :, : length - p]
+    qr, seq_r = q, idx["seq_rows"]
+    if not copy.in_order:  # queries into their rows; rows no request holds get length 0 (every key masked)
+        qr = q.new_zeros(copy.num_rows, *q.shape[1:])
+        qr[rows] = q
+    q_pos = (seq_r - 1)[:, None]
+    if p:
+        if "shared_slots" not in idx:
+            idx["shared_slots"] = req_to_token[req_pool_indices[:1], :p].long()
+        ks, vs = _gather_kv(k_cache, v_cache, idx["shared_slots"], q.dtype)
+        out = _cascade_attention(qr[:, None], ks, vs, kt, vt, q_pos, seq_r, p, sm_scale)[:, 0]
+    else:
+        key = ("mask", sliding_window)  # the same for every layer with this window
+        if key not in idx:
+            idx[key] = _padded_mask(q_pos, seq_r, length - p, q.shape[1] // k_cache.shape[1], sliding_window)
+        out = _padded_attention(qr[:, None], kt, vt, q_pos, seq_r, sm_scale, sliding_window, idx[key])[:, 0]
+    return out if copy.in_order else out[rows]
+
+
+def _index_step(idx: dict, req_to_token: Tensor, req_pool_indices: Tensor, seq: Tensor, copy: DecodeKVCopy) -> None:
+    """The index tensors of one forward's copy updates, the same for every layer: the pool slots and buffer
+    cells of the fills (positions fill_from .. seq - 1 of each filled request; shorter ranges repeat their last
+    position, the same slot written twice with the same values), each request's newest slot and cell, and each
+    buffer row's length (0 for rows no request holds)."""
+    p, rows = copy.shared, copy.rows
     if len(copy.fill):
         f, start = copy.fill, copy.fill_from
         end = seq[f]
         n = int((end - start).max())
-        # Positions start .. end - 1 of each filled request; shorter ranges repeat their last position (the same
-        # slot written twice with the same values).
-        pos = torch.minimum(start[:, None] + torch.arange(n, device=q.device), end[:, None] - 1)  # [F, n]
-        slots = req_to_token[req_pool_indices[f][:, None], pos].long().reshape(-1)
-        shape = (len(f), n, *k_cache.shape[1:])
-        r, c = rows[f][:, None].expand(-1, n), pos - p
-        copy.k.permute(0, 2, 1, 3)[r, c] = k_cache.index_select(0, slots).view(shape).to(copy.k.dtype)
-        copy.v.permute(0, 2, 1, 3)[r, c] = v_cache.index_select(0, slots).view(shape).to(copy.v.dtype)
-    newest = req_to_token[req_pool_indices, seq - 1].long()
-    copy.k.permute(0, 2, 1, 3)[rows, seq - 1 - p] = k_cache.index_select(0, newest).to(copy.k.dtype)
-    copy.v.permute(0, 2, 1, 3)[rows, seq - 1 - p] = v_cache.index_select(0, newest).to(copy.v.dtype)
-    length = int(seq.max())
-    kt = copy.k[: copy.num_rows, :, : length - p]  # [R', Hkv, L - P, D] views: no copy
-    vt = copy.v[: copy.num_rows, :, : length - p]
-    qr, seq_r = q, seq
-    if not copy.in_order:  # queries into their rows; rows no request holds get length 0 (every key masked)
-        qr = q.new_zeros(copy.num_rows, *q.shape[1:])
-        qr[rows] = q
-        seq_r = seq.new_zeros(copy.num_rows)
-        seq_r[rows] = seq
-    q_pos = (seq_r - 1)[:, None]
-    if p:
-        ks, vs = _gather_kv(k_cache, v_cache, req_to_token[req_pool_indices[:1], :p].long(), q.dtype)
-        out = _cascade_attention(qr[:, None], ks, vs, kt, vt, q_pos, seq_r, p, sm_scale)[:, 0]
+        pos = torch.minimum(start[:, None] + torch.arange(n, device=seq.device), end[:, None] - 1)  # [F, n]
+        idx["fill_slots"] = req_to_token[req_pool_indices[f][:, None], pos].long().reshape(-1)
+        idx["fill_rows"], idx["fill_cols"] = rows[f][:, None].expand(-1, n), pos - p
+    idx["newest"] = req_to_token[req_pool_indices, seq - 1].long()
+    idx["newest_cols"] = seq - 1 - p
+    idx["length"] = int(seq.max())
+    if copy.in_order:
+        idx["seq_rows"] = seq
     else:
-        out = _padded_attention(qr[:, None], kt, vt, q_pos, seq_r, sm_scale, sliding_window)[:, 0]
-    return out if copy.in_order else out[rows]
+        idx["seq_rows"] = seq.new_zeros(copy.num_rows)
+        idx["seq_rows"][rows] = seq
 
 
 def cascade_prefix_len(req_to_token: Tensor, req_pool_indices: Tensor, seq_lens: Tensor) -> int:

@@ -93,7 +93,8 @@ class DecodeKVCopies:
         num_rows = int(rows.max()) + 1
         in_order = num_rows == nd and bool((rows == np.arange(nd)).all())
         rows_t, fill_t, from_t = torch.from_numpy(rows.copy()), torch.from_numpy(fill), torch.from_numpy(have[fill])
-        return [kernels.DecodeKVCopy(k, v, rows_t, fill_t, from_t, num_rows, self._shared, in_order)
+        step: dict = {}  # shared by the layers: index tensors worked out once per forward
+        return [kernels.DecodeKVCopy(k, v, rows_t, fill_t, from_t, num_rows, self._shared, in_order, step)
                 for k, v in zip(self._k, self._v)]
 
     # ------------------------------------------------------------ placement

@@ -209,3 +209,25 @@ def test_decode_over_carried_copies_equals_the_reference_step_after_step(lens, h
         want = decode_attention_reference(q, kc, vc, r2t, rpi, seq, d ** -0.5, window)
         got = decode_attention_torch(q, kc, vc, r2t, rpi, seq, d ** -0.5, window, kv_copy=copy)
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("window", [None, 3])
+def test_layers_of_one_forward_share_the_copy_indices(window):
+    """Every layer's copy of one forward carries the same `step` scratch: the second layer reuses the first
+    layer's index tensors and mask over its own pool and buffers, and both give the reference."""
+    g = torch.Generator().manual_seed(5)
+    lens, hq, hkv, d = [7, 12, 4], 6, 2, 16
+    pools = [_shared_pool(0, lens, hkv, d, torch.float32, g) for _ in range(2)]
+    r2t, rpi = pools[0][2], pools[0][3]  # the same table for both layers; each layer its own K/V
+    seq = torch.tensor(lens, dtype=torch.int32)
+    step: dict = {}
+    rows = torch.tensor([2, 0, 3])
+    for kc, vc, *_ in pools:
+        bufs = [torch.zeros(4, hkv, 16, d) for _ in range(2)]
+        copy = attention_torch.DecodeKVCopy(*bufs, rows=rows, fill=torch.arange(3), fill_from=torch.zeros(3).long(),
+                                            num_rows=4, step=step)
+        q = torch.randn(3, hq, d, generator=g)
+        want = decode_attention_reference(q, kc, vc, r2t, rpi, seq, d ** -0.5, window)
+        got = decode_attention_torch(q, kc, vc, r2t, rpi, seq, d ** -0.5, window, kv_copy=copy)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert "newest" in step and ("mask", window) in step
