@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import resource
 import statistics
-import threading
 import time
 
 import torch
@@ -109,6 +108,8 @@ def main() -> None:
                     help="main: build and step on the main thread; engine: build on a short-lived thread and step "
                          "on another, as the engine does; caller-built: build on the main thread, step on another")
     args = ap.parse_args()
+    from radixgen.runtime.engine import _on_own_thread as on_thread  # the engine's own build helper
+
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.plain_weights:
@@ -145,12 +146,6 @@ def main() -> None:
             print(f"{batch:>5} {context:>7} {med * 1e3:>14.1f} {min(times) * 1e3:>8.1f} {batch / med:>8.1f}")
 
     run() if args.threads_as == "main" else on_thread(run)
-
-
-def on_thread(fn) -> None:
-    thread = threading.Thread(target=fn)
-    thread.start()
-    thread.join()
 
 
 def prefill_table(args) -> None:

@@ -221,11 +221,11 @@ def decode_attention_torch(q: Tensor, k_cache: Tensor, v_cache: Tensor, req_to_t
                            kv_copy: DecodeKVCopy | None = None) -> Tensor:
     """q [B, Hq, D], the new token of request b at position seq_lens[b] - 1 -> o [B, Hq, D]. With `kv_copy`, each
     request's own keys come from (and are first written to) that copy instead of a gather from the pool."""
-    length = int(max_seq_len) if max_seq_len is not None else int(seq_lens.max())
     seq = seq_lens.long()
     if kv_copy is not None:
         return _decode_from_copy(q, k_cache, v_cache, req_to_token, req_pool_indices, seq, kv_copy, sm_scale,
                                  sliding_window)
+    length = int(max_seq_len) if max_seq_len is not None else int(seq_lens.max())
     slots = req_to_token[req_pool_indices, :length].long()
     shared = _use_cascade(slots, int(seq.min()) - 1, sliding_window)  # each row keeps its own last key
     if shared:

@@ -79,10 +79,9 @@ class DecodeKVCopies:
         self._release(~keep & (self._holder >= 0))  # left: their rows keep their contents for newcomers
         self._forget_written(written)  # ... unless this forward reuses their slots
         # A batch of newcomers only (a new wave of requests) may share a prefix the current rows do not split off.
-        new_prefix = (self.cascade and not held.any() and kernels.cascade_prefix_len(
-            table, batch.req_pool_indices[:nd], batch.seq_lens[:nd]) != self._shared)
-        if new_prefix or not self._fits(table, table_rows, lens, rows):
-            if not self._rebuild(batch, nd, lens):
+        prefix = self._batch_prefix(batch, nd) if not held.any() else None
+        if (prefix is not None and prefix != self._shared) or not self._fits(table, table_rows, lens, rows):
+            if not self._rebuild(batch, nd, lens, prefix):
                 return None
             rows, have = np.arange(nd), np.zeros(nd, dtype=np.int64)
         else:
@@ -103,8 +102,9 @@ class DecodeKVCopies:
         """Give each request without a row a free one: the free row whose remembered slots are the longest
         prefix of the request's own (`have` then counts those positions), else a row with nothing to offer."""
         p = self._shared
+        taken = np.zeros(len(self._holder), dtype=bool)  # rows given out in this placement
         for b in np.flatnonzero(rows < 0):
-            free = np.flatnonzero((self._holder < 0) & ~self._taken)
+            free = np.flatnonzero((self._holder < 0) & ~taken)
             best, best_len = -1, p
             known = free[(self._len[free] > p) & (self._len[free] <= lens[b] - 1)]
             if len(known):
@@ -120,9 +120,8 @@ class DecodeKVCopies:
             if best < 0:  # a row nothing remembered, else the one remembering least
                 best = int(free[np.argmin(self._len[free])])
             rows[b], have[b] = best, best_len
-            self._taken[best] = True
+            taken[best] = True
             self.reused_positions += best_len - p
-        self._taken[:] = False
 
     def _fits(self, table: torch.Tensor, table_rows: np.ndarray, lens: np.ndarray, rows: np.ndarray) -> bool:
         """Whether this forward can keep the current rows: capacity for every length, enough free rows for the
@@ -145,15 +144,21 @@ class DecodeKVCopies:
         longest = int(lens.max()) - self._shared
         return longest <= self._k[0].shape[2] or self._grow(longest)
 
-    def _rebuild(self, batch: ForwardBatch, nd: int, lens: np.ndarray) -> bool:
-        """Every decode request gets row b = its batch position; buffers reallocated when too small."""
+    def _batch_prefix(self, batch: ForwardBatch, nd: int) -> int:
+        """Leading slots the decode requests share that the cascade reads from the pool (0: none, or no cascade)."""
+        if not self.cascade:
+            return 0
+        return kernels.cascade_prefix_len(batch.req_to_token, batch.req_pool_indices[:nd], batch.seq_lens[:nd])
+
+    def _rebuild(self, batch: ForwardBatch, nd: int, lens: np.ndarray, shared: int | None) -> bool:
+        """Every decode request gets row b = its batch position; buffers reallocated when too small. `shared`:
+        the batch's `_batch_prefix` when the caller has it."""
         self._release(np.ones(len(self._holder), dtype=bool))
-        rpi, seq = batch.req_pool_indices[:nd], batch.seq_lens[:nd]
-        shared = kernels.cascade_prefix_len(batch.req_to_token, rpi, seq) if self.cascade else 0
+        shared = self._batch_prefix(batch, nd) if shared is None else shared
         if not self._reserve(nd, int(lens.max()) - shared + HEADROOM):
             return False
         self._shared = shared
-        self._shared_slots = batch.req_to_token[rpi[0], :shared].clone()
+        self._shared_slots = batch.req_to_token[batch.req_pool_indices[0], :shared].clone()
         self.rebuilds += 1
         return True
 
@@ -232,7 +237,6 @@ class DecodeKVCopies:
         self._holder_alloc = np.zeros(n, dtype=np.int64)  # buffer row -> that table row's allocation count
         self._len = np.zeros(n, dtype=np.int64)  # buffer row -> positions it holds (from the start)
         self._slots = np.zeros((n, positions), dtype=np.int32)  # buffer row -> the slots its columns came from
-        self._taken = np.zeros(n, dtype=bool)  # scratch: rows given out in this forward's placement
 
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self._k + self._v)
