@@ -9,7 +9,9 @@ context tokens are the first request's KV slots, as after a radix-cache hit; `--
 attention's shared-prefix path for an A/B, `--no-kv-copies` the per-layer K/V copies decode steps carry;
 `--churn K` replaces K requests before each step by new ones (new table rows) over the same context, as the
 next turn of a conversation takes over its previous turn's cached KV, and
-`--plain-weights` keeps the fp32 weights out of oneDNN's packed layout. `--threads-as caller-built` steps on a
+`--plain-weights` keeps the fp32 weights out of oneDNN's packed layout. `--extend E` times instead a forward
+that appends E tokens to every request (a chat turn's prefill over its cached context, undone after each
+step), and `--profile` prints torch.profiler's top ops for each shape. `--threads-as caller-built` steps on a
 second thread after building on the main one (so two threads hold OpenMP teams, as the engine did before it
 built on a short-lived thread; `engine` is what it does now).
 
@@ -17,6 +19,7 @@ built on a short-lived thread; `engine` is what it does now).
     python benchmarks/cpu_decode_step.py --prefill 2048 8192
     python benchmarks/cpu_decode_step.py --shapes 32x1600 --shared 1500 [--no-cascade]
     python benchmarks/cpu_decode_step.py --shapes 20x700 --churn 2 [--no-kv-copies]
+    python benchmarks/cpu_decode_step.py --shapes 20x300 --extend 56 --steps 3 --profile
 """
 
 from __future__ import annotations
@@ -46,11 +49,15 @@ def extend(runner, rows: list[int], lens: list[int], tokens: list[list[int]]) ->
     return runner.forward(batch)
 
 
-def step_times(runner, batch: int, context: int, steps: int, shared: int = 0, churn: int = 0) -> list[float]:
+def step_times(runner, batch: int, context: int, steps: int, shared: int = 0, churn: int = 0,
+               new_tokens: int = 1, profile: bool = False) -> list[float]:
     """Median-able decode step times; with `shared`, every request's first `shared` context tokens are the
     first request's KV slots (a prefix shared through the radix cache); with `churn`, before each step that many
     requests are replaced by new ones (new request-table rows) over the same context, as when the next turn of a
-    conversation joins the batch with its previous turn's KV from the radix cache."""
+    conversation joins the batch with its previous turn's KV from the radix cache. With `new_tokens` > 1 each
+    timed forward appends that many tokens to every request (a chat turn's prefill over its cached context) and
+    is undone after, so every step sees the same context; `profile` prints torch.profiler's top ops over two
+    more steps."""
     table = runner.req_to_token_pool
     rows = [table.alloc() for _ in range(batch)]
     lens = [0] * batch
@@ -62,6 +69,16 @@ def step_times(runner, batch: int, context: int, steps: int, shared: int = 0, ch
         lens[i] = context
     for _ in range(2):  # warm-up
         extend(runner, rows, lens, [[5]] * batch)
+    ids = [[1 + k % 50 for k in range(new_tokens)]] * batch
+
+    def forward() -> None:
+        before = list(lens)
+        extend(runner, rows, lens, ids)
+        if new_tokens > 1:  # undo the turn: free its slots, so the next step extends the same context
+            for row, n in zip(rows, before):
+                runner.slot_allocator.free(table.req_to_token[row, n : n + new_tokens].clone())
+            lens[:] = before
+
     out = []
     for step in range(steps):
         for k in range(churn):  # the newcomer takes over the leaver's slots under a new table row
@@ -71,8 +88,15 @@ def step_times(runner, batch: int, context: int, steps: int, shared: int = 0, ch
             table.free(rows[i])
             rows[i] = row
         t0 = time.perf_counter()
-        extend(runner, rows, lens, [[5]] * batch)
+        forward()
         out.append(time.perf_counter() - t0)
+    if profile:
+        from torch.profiler import profile as torch_profile
+
+        with torch_profile() as prof:
+            for _ in range(2):
+                forward()
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
     for i, (row, n) in enumerate(zip(rows, lens)):
         runner.slot_allocator.free(table.req_to_token[row, shared if i else 0 : n].clone())
         table.free(row)
@@ -102,6 +126,9 @@ def main() -> None:
     ap.add_argument("--plain-weights", action="store_true",
                     help="keep fp32 weights unpacked (where oneDNN runs the linears, they are packed; A/B)")
     ap.add_argument("--churn", type=int, default=0, help="requests replaced by new ones before each step")
+    ap.add_argument("--extend", type=int, default=1,
+                    help="tokens each timed forward appends to every request (> 1: a chat turn's prefill, undone)")
+    ap.add_argument("--profile", action="store_true", help="print torch.profiler's top ops after each shape")
     ap.add_argument("--no-kv-copies", action="store_true",
                     help="gather every context from the pool at each step instead of carrying the batch's K/V (A/B)")
     ap.add_argument("--threads-as", choices=["main", "engine", "caller-built"], default="main",
@@ -124,7 +151,7 @@ def main() -> None:
         prefill_table(args)
         return
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes]
-    total = max(b * (c + args.steps + 4) for b, c in shapes) + 64
+    total = max(b * (c + args.steps + 4 + args.extend) for b, c in shapes) + 64
     built: list = []
 
     def build() -> None:
@@ -136,14 +163,16 @@ def main() -> None:
         runner.decode_kv_copies = None
     print(f"shared prefix: {args.shared} tokens (at most context - 1), cascade: {not args.no_cascade}, "
           f"K/V copies across steps: {runner.decode_kv_copies is not None}, requests replaced per step: {args.churn}, "
-          f"threads as: {args.threads_as}")
+          f"threads as: {args.threads_as}, tokens per request per step: {args.extend}")
     print(f"{'batch':>5} {'context':>7} {'median step ms':>14} {'min ms':>8} {'tok/s':>8}")
 
     def run() -> None:
         for batch, context in shapes:
-            times = step_times(runner, batch, context, args.steps, min(args.shared, context - 1), args.churn)
+            times = step_times(runner, batch, context, args.steps, min(args.shared, context - 1), args.churn,
+                               args.extend, args.profile)
             med = statistics.median(times)
-            print(f"{batch:>5} {context:>7} {med * 1e3:>14.1f} {min(times) * 1e3:>8.1f} {batch / med:>8.1f}")
+            print(f"{batch:>5} {context:>7} {med * 1e3:>14.1f} {min(times) * 1e3:>8.1f} "
+                  f"{batch * args.extend / med:>8.1f}")
 
     run() if args.threads_as == "main" else on_thread(run)
 
