@@ -137,8 +137,9 @@ def main() -> None:
         groups = make(random.Random(0), args.scale)
         runs: dict[bool, list[dict]] = {True: [], False: []}
         for r in range(args.repeats):  # rounds of both sides: this box is shared and drifts, so the sides
-            # alternate and each keeps its fastest run; the second engine of a round runs ~2% faster (measured
-            # on the no-sharing workload both ways), so every other round runs the cache-off side first
+            # alternate and each keeps its fastest run; the engine that runs second in a round is slightly
+            # favoured (~1%, not every time: no sharing run both ways, docs/benchmarks.md), so every other
+            # round runs the cache-off side first
             on_first = args.order == "on-first" or (args.order == "alternate" and r % 2 == 0)
             for cache_on in ((True, False) if on_first else (False, True)):
                 engine = Engine(args.model, dtype=args.dtype, disable_radix_cache=not cache_on)
