@@ -39,7 +39,8 @@ def _padded_attention(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, kv_len: Te
     bf16 inputs, like the Triton kernels) with GQA folded into the query rows: the G query heads sharing a KV
     head become G x E query rows of that head, so K and V are never copied or repeated per query head. Rows of
     padding (past a request's extend) may come out as NaN; callers drop them. `mask`: `_padded_mask`'s result
-    for these arguments, when the caller already has it."""
+    for these arguments when the caller already has it, boolean or (better: the fused kernel turns a boolean
+    mask into this at every call) `_additive`."""
     b, e, hq, d = q.shape
     hkv = k.shape[1]
     g = hq // hkv
@@ -58,6 +59,11 @@ def _padded_mask(q_pos: Tensor, kv_len: Tensor, length: int, g: int, sliding_win
     if sliding_window is not None:
         mask &= kv_pos[None, None, :] > (q_pos[:, :, None] - sliding_window)
     return mask[:, None] if g == 1 else mask.repeat(1, g, 1)[:, None]
+
+
+def _additive(mask: Tensor, dtype: torch.dtype) -> Tensor:
+    """A boolean "may see" mask as the additive one the fused kernel works with: 0 where True, -inf elsewhere."""
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
 
 
 @functools.lru_cache(maxsize=1)
@@ -180,7 +186,8 @@ def _decode_from_copy(q: Tensor, k_cache: Tensor, v_cache: Tensor, req_to_token:
     else:
         key = ("mask", sliding_window)  # the same for every layer with this window
         if key not in idx:
-            idx[key] = _padded_mask(q_pos, seq_r, length - p, q.shape[1] // k_cache.shape[1], sliding_window)
+            idx[key] = _additive(_padded_mask(q_pos, seq_r, length - p, q.shape[1] // k_cache.shape[1],
+                                              sliding_window), q.dtype)
         out = _padded_attention(qr[:, None], kt, vt, q_pos, seq_r, sm_scale, sliding_window, idx[key])[:, 0]
     return out if copy.in_order else out[rows]
 
@@ -235,46 +242,97 @@ def decode_attention_torch(q: Tensor, k_cache: Tensor, v_cache: Tensor, req_to_t
     return _padded_attention(q[:, None], k, v, (seq - 1)[:, None], seq, sm_scale, sliding_window)[:, 0]
 
 
-def extend_attention_torch(q: Tensor, k_cache: Tensor, v_cache: Tensor, req_to_token: Tensor,
-                           req_pool_indices: Tensor, prefix_lens: Tensor, extend_lens: Tensor,
-                           extend_start_loc: Tensor, sm_scale: float, sliding_window: int | None = None,
-                           max_extend_len: int | None = None) -> Tensor:
-    """q [T, Hq, D] (request b's new tokens at rows extend_start_loc[b] + i) -> o [T, Hq, D].
+MASK_CACHE_BYTES = 64 << 20  # an extend's masks are kept for every layer of the forward up to this size
 
-    Requests are padded to the longest extend; a batch mixing one long prefill with many decodes would pad
-    every decode to the prefill's length, so single-token rows go through the decode path instead.
-    """
-    out = torch.empty_like(q)
+
+@dataclass
+class _ExtendPlan:
+    """What an extend's attention indexes with, the same for every layer of one forward: worked out by the first
+    layer when the caller passes a scratch dict (`extend_attention_torch`), reused by the others."""
+
+    single: Tensor | None  # requests extending by one token (through the decode path), or None
+    single_rows: Tensor | None  # their rows in q
+    multi: Tensor | None  # the other requests, or None
+    rows: Tensor | None = None  # [M, E] rows of q of each request's new tokens (padding repeats a valid row)
+    valid: Tensor | None = None  # [M, E] which of them are real
+    seq: Tensor | None = None  # [M] lengths after the extend
+    slots: Tensor | None = None  # [M, max seq] pool slots
+    q_pos: Tensor | None = None  # [M, E] positions of the new tokens
+    shared: int = 0  # leading slots all of them share (cascade), 0: padded path
+    blocks: list = field(default_factory=list)  # (start, end, visible keys, additive mask or None) per block
+
+
+def _plan_extend(q: Tensor, k_cache: Tensor, req_to_token: Tensor, req_pool_indices: Tensor, prefix_lens: Tensor,
+                 extend_lens: Tensor, extend_start_loc: Tensor, sliding_window: int | None) -> _ExtendPlan:
     ext = extend_lens.long()
-    single = ext == 1
-    if bool(single.any()):
-        idx = torch.nonzero(single).squeeze(1)
-        rows = extend_start_loc.long()[idx]
-        out[rows] = decode_attention_torch(q[rows], k_cache, v_cache, req_to_token, req_pool_indices[idx],
-                                           (prefix_lens.long() + 1)[idx], sm_scale, sliding_window)
+    is_single = ext == 1
+    single = single_rows = None
+    if bool(is_single.any()):
+        single = torch.nonzero(is_single).squeeze(1)
+        single_rows = extend_start_loc.long()[single]
     multi = torch.nonzero(ext > 1).squeeze(1)
     if len(multi) == 0:
-        return out
+        return _ExtendPlan(single, single_rows, None)
     e_max = int(ext[multi].max())
     pre, ext_m, start = prefix_lens.long()[multi], ext[multi], extend_start_loc.long()[multi]
     offs = torch.arange(e_max, device=q.device)
-    valid = offs[None, :] < ext_m[:, None]  # [M, E]
-    rows = (start[:, None] + offs[None, :]).clamp(max=q.shape[0] - 1)
-    qp = q[rows]  # [M, E, Hq, D]
     seq = pre + ext_m
-    slots = req_to_token[req_pool_indices[multi], : int(seq.max())].long()
-    q_pos = pre[:, None] + offs[None, :]
-    shared = _use_cascade(slots, int(pre.min()), sliding_window) if e_max <= QUERY_BLOCK else 0
-    if shared:  # a prefix cached for all these requests: every new token sees all of it
-        o = _cascade_from_pool(qp, k_cache, v_cache, slots, q_pos, seq, shared, sm_scale)
-        out[rows[valid]] = o[valid]
-        return out
-    k, v = _gather_kv(k_cache, v_cache, slots, q.dtype)
-    o = torch.empty_like(qp)
+    plan = _ExtendPlan(single, single_rows, multi,
+                       rows=(start[:, None] + offs[None, :]).clamp(max=q.shape[0] - 1),
+                       valid=offs[None, :] < ext_m[:, None], seq=seq,
+                       slots=req_to_token[req_pool_indices[multi], : int(seq.max())].long(),
+                       q_pos=pre[:, None] + offs[None, :])
+    plan.shared = _use_cascade(plan.slots, int(pre.min()), sliding_window) if e_max <= QUERY_BLOCK else 0
+    if plan.shared:
+        return plan
+    g = q.shape[1] // k_cache.shape[1]
+    bounds = []
     for s in range(0, e_max, QUERY_BLOCK):  # the fused kernel computes masked scores too: skip the keys no
         e = min(s + QUERY_BLOCK, e_max)     # query of the block can see (half of a long prompt's attention)
-        visible = int(torch.minimum(seq, pre + e).max())
-        o[:, s:e] = _padded_attention(qp[:, s:e], k[:, :, :visible], v[:, :, :visible], q_pos[:, s:e], seq,
-                                      sm_scale, sliding_window)
-    out[rows[valid]] = o[valid]
+        bounds.append((s, e, int(torch.minimum(seq, pre + e).max())))
+    size = sum(len(multi) * g * (e - s) * visible for s, e, visible in bounds) * q.element_size()
+    for s, e, visible in bounds:
+        mask = None
+        if size <= MASK_CACHE_BYTES:
+            mask = _additive(_padded_mask(plan.q_pos[:, s:e], seq, visible, g, sliding_window), q.dtype)
+        plan.blocks.append((s, e, visible, mask))
+    return plan
+
+
+def extend_attention_torch(q: Tensor, k_cache: Tensor, v_cache: Tensor, req_to_token: Tensor,
+                           req_pool_indices: Tensor, prefix_lens: Tensor, extend_lens: Tensor,
+                           extend_start_loc: Tensor, sm_scale: float, sliding_window: int | None = None,
+                           max_extend_len: int | None = None, scratch: dict | None = None) -> Tensor:
+    """q [T, Hq, D] (request b's new tokens at rows extend_start_loc[b] + i) -> o [T, Hq, D].
+
+    Requests are padded to the longest extend; a batch mixing one long prefill with many decodes would pad
+    every decode to the prefill's length, so single-token rows go through the decode path instead. `scratch`:
+    a dict the layers of one forward share (every argument but q and the caches the same): the first layer
+    leaves there the index tensors and masks (`_ExtendPlan`) the others reuse.
+    """
+    key = ("extend", sliding_window)
+    plan = scratch.get(key) if scratch is not None else None
+    if plan is None:
+        plan = _plan_extend(q, k_cache, req_to_token, req_pool_indices, prefix_lens, extend_lens, extend_start_loc,
+                            sliding_window)
+        if scratch is not None:
+            scratch[key] = plan
+    out = torch.empty_like(q)
+    if plan.single is not None:
+        out[plan.single_rows] = decode_attention_torch(q[plan.single_rows], k_cache, v_cache, req_to_token,
+                                                       req_pool_indices[plan.single],
+                                                       (prefix_lens.long() + 1)[plan.single], sm_scale,
+                                                       sliding_window)
+    if plan.multi is None:
+        return out
+    qp = q[plan.rows]  # [M, E, Hq, D]
+    if plan.shared:  # a prefix cached for all these requests: every new token sees all of it
+        o = _cascade_from_pool(qp, k_cache, v_cache, plan.slots, plan.q_pos, plan.seq, plan.shared, sm_scale)
+    else:
+        k, v = _gather_kv(k_cache, v_cache, plan.slots, q.dtype)
+        o = torch.empty_like(qp)
+        for s, e, visible, mask in plan.blocks:
+            o[:, s:e] = _padded_attention(qp[:, s:e], k[:, :, :visible], v[:, :, :visible], plan.q_pos[:, s:e],
+                                          plan.seq, sm_scale, sliding_window, mask)
+    out[plan.rows[plan.valid]] = o[plan.valid]
     return out

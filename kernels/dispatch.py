@@ -82,14 +82,17 @@ def linear_weight_packer(dtype: torch.dtype, device: torch.device) -> Callable[[
 
 def extend_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, req_to_token: Tensor, req_pool_indices: Tensor,
                      prefix_lens: Tensor, extend_lens: Tensor, extend_start_loc: Tensor, sm_scale: float,
-                     sliding_window: int | None = None, max_extend_len: int | None = None) -> Tensor:
+                     sliding_window: int | None = None, max_extend_len: int | None = None,
+                     scratch: dict | None = None) -> Tensor:
+    """`scratch`: a dict the layers of one forward share; the CPU path keeps there what every layer indexes
+    with (`attention_torch.extend_attention_torch`)."""
     if use_triton(q) and _supported_head_dim(q.shape[-1]):
         return triton_ops().extend_attention(q, k_cache, v_cache, req_to_token, req_pool_indices, prefix_lens,
                                              extend_lens, extend_start_loc, sm_scale, sliding_window,
                                              max_extend_len)
     return attention_torch.extend_attention_torch(q, k_cache, v_cache, req_to_token, req_pool_indices,
                                                   prefix_lens, extend_lens, extend_start_loc, sm_scale,
-                                                  sliding_window, max_extend_len)
+                                                  sliding_window, max_extend_len, scratch)
 
 
 def decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, req_to_token: Tensor, req_pool_indices: Tensor,

@@ -110,4 +110,5 @@ class ModelRunner:
             return self.graph_runner.replay(batch)
         if self.decode_kv_copies is not None:
             batch.kv_copies = self.decode_kv_copies.plan(batch)
+        batch.attention_scratch = {}
         return self.model(batch, self.kv_pool)

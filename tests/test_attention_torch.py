@@ -231,3 +231,26 @@ def test_layers_of_one_forward_share_the_copy_indices(window):
         got = decode_attention_torch(q, kc, vc, r2t, rpi, seq, d ** -0.5, window, kv_copy=copy)
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     assert "newest" in step and ("mask", window) in step
+
+
+@pytest.mark.parametrize("budget", [attention_torch.MASK_CACHE_BYTES, 0])  # masks kept / made by every layer
+@pytest.mark.parametrize("prefix,ext,hq,hkv,d,window", CASES)
+def test_layers_of_one_forward_share_the_extend_plan(prefix, ext, hq, hkv, d, window, budget, monkeypatch):
+    """With a scratch dict, the first layer's extend leaves its index tensors and masks there and the next layer
+    (its own q and K/V, the same table) reuses them: both give the reference, and the plan is worked out once."""
+    monkeypatch.setattr(attention_torch, "MASK_CACHE_BYTES", budget)
+    plans = []
+    real_plan = attention_torch._plan_extend
+    monkeypatch.setattr(attention_torch, "_plan_extend", lambda *a: plans.append(1) or real_plan(*a))
+    scratch: dict = {}
+    kc, vc, r2t, rpi, pre, ex, start, g = _setup(prefix, ext, hq, hkv, d, seed=11)
+    for layer in range(2):
+        if layer:
+            kc, vc = torch.randn(kc.shape, generator=g), torch.randn(vc.shape, generator=g)
+        q = torch.randn(int(ex.sum()), hq, d, generator=g)
+        want = extend_attention_reference(q, kc, vc, r2t, rpi, pre, ex, start, d ** -0.5, window)
+        got = extend_attention_torch(q, kc, vc, r2t, rpi, pre, ex, start, d ** -0.5, window, scratch=scratch)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert len(plans) == 1 and list(scratch) == [("extend", window)]
+    masks = [m for *_, m in scratch[("extend", window)].blocks]
+    assert all(m is None for m in masks) if budget == 0 else all(m is not None for m in masks)

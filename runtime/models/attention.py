@@ -45,4 +45,5 @@ def _extend(q, k_cache, v_cache, batch: ForwardBatch, rows: slice, scale: float,
         start = start - start_shift
     return kernels.extend_attention(q, k_cache, v_cache, batch.req_to_token, batch.req_pool_indices[rows],
                                     batch.prefix_lens[rows], batch.extend_lens[rows], start, scale,
-                                    sliding_window=window, max_extend_len=batch.max_extend_len)
+                                    sliding_window=window, max_extend_len=batch.max_extend_len,
+                                    scratch=batch.attention_scratch)
