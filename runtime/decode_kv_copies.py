@@ -92,7 +92,7 @@ class DecodeKVCopies:
         num_rows = int(rows.max()) + 1
         in_order = num_rows == nd and bool((rows == np.arange(nd)).all())
         rows_t, fill_t, from_t = torch.from_numpy(rows.copy()), torch.from_numpy(fill), torch.from_numpy(have[fill])
-        step: dict = {}  # shared by the layers: index tensors worked out once per forward
+        step = batch.attention_scratch if batch.attention_scratch is not None else {}  # shared by the layers
         return [kernels.DecodeKVCopy(k, v, rows_t, fill_t, from_t, num_rows, self._shared, in_order, step)
                 for k, v in zip(self._k, self._v)]
 

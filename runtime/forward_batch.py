@@ -49,8 +49,9 @@ class ForwardBatch:
     # CPU decode: per-layer K/V copies of this batch carried across steps (runtime/decode_kv_copies.py), set by
     # the model runner just before the forward; None = attention gathers from the pool.
     kv_copies: list | None = None
-    # What the layers of one forward share on the CPU attention path (index tensors, masks): a fresh dict the
-    # model runner sets just before the forward; None = each layer works them out.
+    # What the layers of one forward share on the CPU attention path (index tensors, masks; the decode K/V
+    # copies' `step` too): a fresh dict the model runner sets just before the forward; None = each layer
+    # works them out.
     attention_scratch: dict | None = None
 
     @property

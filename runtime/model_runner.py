@@ -108,7 +108,7 @@ class ModelRunner:
     def forward(self, batch: ForwardBatch) -> torch.Tensor:
         if self.graph_runner is not None and self.graph_runner.can_run(batch):
             return self.graph_runner.replay(batch)
+        batch.attention_scratch = {}  # one per forward: the layers share what the CPU attention indexes with
         if self.decode_kv_copies is not None:
             batch.kv_copies = self.decode_kv_copies.plan(batch)
-        batch.attention_scratch = {}
         return self.model(batch, self.kv_pool)
