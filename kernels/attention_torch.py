@@ -92,22 +92,31 @@ def _shared_prefix_len(slots: Tensor, limit: int) -> int:
     return int(differs[0]) if len(differs) else limit
 
 
+def _cascade_own_mask(q_pos: Tensor, kv_len: Tensor, shared: int, length: int, g: int,
+                      dtype: torch.dtype) -> Tensor:
+    """The additive mask [B, 1, G*E, length] of `_cascade_attention`'s second call: the row's own keys, from
+    position `shared` on, that query row g * E + i may see."""
+    own = shared + torch.arange(length, device=q_pos.device)
+    hidden = (own[None, None, :] > q_pos[:, :, None]) | (own[None, None, :] >= kv_len[:, None, None])  # [B, E, L-P]
+    mask = torch.zeros(q_pos.shape[0], 1, g * q_pos.shape[1], length, dtype=dtype, device=q_pos.device)
+    return mask.masked_fill_(hidden.repeat(1, g, 1)[:, None], float("-inf"))
+
+
 def _cascade_attention(q: Tensor, ks: Tensor, vs: Tensor, kt: Tensor, vt: Tensor, q_pos: Tensor, kv_len: Tensor,
-                       shared: int, sm_scale: float) -> Tensor:
+                       shared: int, sm_scale: float, own_mask: Tensor | None = None) -> Tensor:
     """Like `_padded_attention` (q [B, E, Hq, D] at q_pos [B, E] -> [B, E, Hq, D]) for rows whose first `shared`
     keys are the same and visible to every query: those keys (ks, vs [1, Hkv, P, D]) are attended by all
     B x G x E query rows of each KV head in one call, each row's own keys (kt, vt [B, Hkv, L - P, D], from
-    position `shared` on) in a second, padded call, and the two partial outputs merge by their log-sum-exps."""
+    position `shared` on) in a second, padded call, and the two partial outputs merge by their log-sum-exps.
+    `own_mask`: `_cascade_own_mask`'s result for these arguments, when the caller already has it."""
     b, e, hq, d = q.shape
     hkv = ks.shape[1]
     g = hq // hkv
     rows = q.view(b, e, hkv, g, d).permute(0, 2, 3, 1, 4)  # [B, Hkv, G, E, D]: row g * E + i of a head
     out_s, lse_s = _flash_with_lse(rows.transpose(0, 1).reshape(1, hkv, b * g * e, d), ks, vs, None, sm_scale)
-    own = shared + torch.arange(kt.shape[2], device=q.device)
-    hidden = (own[None, None, :] > q_pos[:, :, None]) | (own[None, None, :] >= kv_len[:, None, None])  # [B, E, L-P]
-    mask = torch.zeros(b, 1, g * e, kt.shape[2], dtype=q.dtype, device=q.device)
-    mask.masked_fill_(hidden.repeat(1, g, 1)[:, None], float("-inf"))
-    out_t, lse_t = _flash_with_lse(rows.reshape(b, hkv, g * e, d), kt, vt, mask, sm_scale)
+    if own_mask is None:
+        own_mask = _cascade_own_mask(q_pos, kv_len, shared, kt.shape[2], g, q.dtype)
+    out_t, lse_t = _flash_with_lse(rows.reshape(b, hkv, g * e, d), kt, vt, own_mask, sm_scale)
     out_s = out_s.view(hkv, b, g * e, d).transpose(0, 1).float()
     lse_s = lse_s.view(hkv, b, g * e).transpose(0, 1).float()
     top = torch.maximum(lse_s, lse_t.float())
@@ -118,11 +127,11 @@ def _cascade_attention(q: Tensor, ks: Tensor, vs: Tensor, kt: Tensor, vt: Tensor
 
 
 def _cascade_from_pool(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: Tensor, q_pos: Tensor, kv_len: Tensor,
-                       shared: int, sm_scale: float) -> Tensor:
+                       shared: int, sm_scale: float, own_mask: Tensor | None = None) -> Tensor:
     """`_cascade_attention` with the shared keys (once) and each row's own keys gathered from the pool."""
     ks, vs = _gather_kv(k_cache, v_cache, slots[:1, :shared], q.dtype)  # [1, Hkv, P, D]
     kt, vt = _gather_kv(k_cache, v_cache, slots[:, shared:], q.dtype)  # [B, Hkv, L - P, D]
-    return _cascade_attention(q, ks, vs, kt, vt, q_pos, kv_len, shared, sm_scale)
+    return _cascade_attention(q, ks, vs, kt, vt, q_pos, kv_len, shared, sm_scale, own_mask)
 
 
 def _use_cascade(slots: Tensor, limit: int, sliding_window: int | None) -> int:
@@ -181,8 +190,10 @@ def _decode_from_copy(q: Tensor, k_cache: Tensor, v_cache: Tensor, req_to_token:
     if p:
         if "shared_slots" not in idx:
             idx["shared_slots"] = req_to_token[req_pool_indices[:1], :p].long()
+            idx["cascade_mask"] = _cascade_own_mask(q_pos, seq_r, p, length - p, q.shape[1] // k_cache.shape[1],
+                                                    q.dtype)
         ks, vs = _gather_kv(k_cache, v_cache, idx["shared_slots"], q.dtype)
-        out = _cascade_attention(qr[:, None], ks, vs, kt, vt, q_pos, seq_r, p, sm_scale)[:, 0]
+        out = _cascade_attention(qr[:, None], ks, vs, kt, vt, q_pos, seq_r, p, sm_scale, idx["cascade_mask"])[:, 0]
     else:
         key = ("mask", sliding_window)  # the same for every layer with this window
         if key not in idx:
@@ -259,6 +270,7 @@ class _ExtendPlan:
     slots: Tensor | None = None  # [M, max seq] pool slots
     q_pos: Tensor | None = None  # [M, E] positions of the new tokens
     shared: int = 0  # leading slots all of them share (cascade), 0: padded path
+    cascade_mask: Tensor | None = None  # with `shared`: the mask of each request's own keys
     blocks: list = field(default_factory=list)  # (start, end, visible keys, additive mask or None) per block
 
 
@@ -283,9 +295,11 @@ def _plan_extend(q: Tensor, k_cache: Tensor, req_to_token: Tensor, req_pool_indi
                        slots=req_to_token[req_pool_indices[multi], : int(seq.max())].long(),
                        q_pos=pre[:, None] + offs[None, :])
     plan.shared = _use_cascade(plan.slots, int(pre.min()), sliding_window) if e_max <= QUERY_BLOCK else 0
-    if plan.shared:
-        return plan
     g = q.shape[1] // k_cache.shape[1]
+    if plan.shared:
+        plan.cascade_mask = _cascade_own_mask(plan.q_pos, seq, plan.shared, plan.slots.shape[1] - plan.shared, g,
+                                              q.dtype)
+        return plan
     bounds = []
     for s in range(0, e_max, QUERY_BLOCK):  # the fused kernel computes masked scores too: skip the keys no
         e = min(s + QUERY_BLOCK, e_max)     # query of the block can see (half of a long prompt's attention)
@@ -327,7 +341,8 @@ def extend_attention_torch(q: Tensor, k_cache: Tensor, v_cache: Tensor, req_to_t
         return out
     qp = q[plan.rows]  # [M, E, Hq, D]
     if plan.shared:  # a prefix cached for all these requests: every new token sees all of it
-        o = _cascade_from_pool(qp, k_cache, v_cache, plan.slots, plan.q_pos, plan.seq, plan.shared, sm_scale)
+        o = _cascade_from_pool(qp, k_cache, v_cache, plan.slots, plan.q_pos, plan.seq, plan.shared, sm_scale,
+                               plan.cascade_mask)
     else:
         k, v = _gather_kv(k_cache, v_cache, plan.slots, q.dtype)
         o = torch.empty_like(qp)

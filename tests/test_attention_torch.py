@@ -156,6 +156,14 @@ def test_extends_over_a_shared_cached_prefix_read_it_once(shared, cached, ext, h
     assert shared in cascade_calls and got.dtype == dtype
     tol = 1e-5 if dtype == torch.float32 else 2e-2
     torch.testing.assert_close(got.float(), want, rtol=tol, atol=tol)
+    scratch: dict = {}  # two layers of one forward: the second reuses the first's plan and own-keys mask
+    for layer in range(2):
+        if layer:
+            kc, vc = torch.randn(kc.shape, generator=g).to(dtype), torch.randn(vc.shape, generator=g).to(dtype)
+            want = extend_attention_reference(q.float(), kc.float(), vc.float(), r2t, rpi, pre, ex, start, d ** -0.5)
+        got = extend_attention_torch(q, kc, vc, r2t, rpi, pre, ex, start, d ** -0.5, scratch=scratch)
+        torch.testing.assert_close(got.float(), want, rtol=tol, atol=tol)
+    assert scratch[("extend", None)].cascade_mask is not None
 
 
 COPY_CASES = [
