@@ -197,18 +197,21 @@ class DecodeKVCopies:
         self._len[free[hit]] = 0
 
     def _grow(self, positions: int) -> bool:
-        """Longer buffers (at least twice as long: growth is a copy of everything held) with every row's contents
-        kept."""
+        """Longer buffers (at least 1.5x as long: growth is a copy of everything held) with every row's contents
+        kept. Each new byte is written once, the held columns by the copy and only the rest zeroed: the growth's
+        cost is writing (and, on fresh memory, faulting in) the new buffers."""
         old_k, old_v, held = self._k, self._v, self._k[0].shape[2]
-        positions = max(-(-(positions + HEADROOM) // HEADROOM) * HEADROOM, 2 * held)
+        positions = max(positions + HEADROOM, held + held // 2)
+        positions = -(-positions // HEADROOM) * HEADROOM
         shape = (old_k[0].shape[0], self.num_kv_heads, positions, self.head_dim)
         if 2 * self.num_layers * int(np.prod(shape)) * old_k[0].element_size() > self.max_bytes:
             return False
         self._k, self._v = [], []
         for old, new in ((old_k, self._k), (old_v, self._v)):
             while old:
-                buf = torch.zeros(shape, dtype=self.dtype)
+                buf = torch.empty(shape, dtype=self.dtype)
                 buf[:, :, :held] = old.pop(0)
+                buf[:, :, held:].zero_()  # finite: masked columns still enter P @ V with weight 0 (see _reserve)
                 new.append(buf)
         slots = np.zeros((shape[0], shape[2]), dtype=np.int32)
         slots[:, :held] = self._slots

@@ -135,8 +135,10 @@ def test_buffers_are_reused_while_the_batch_fits():
     assert len(third[0].fill) == 2 and third[0].k.data_ptr() == first[0].k.data_ptr()
 
 
-def test_longer_buffers_keep_what_the_rows_hold():
+def test_longer_buffers_keep_what_the_rows_hold(monkeypatch):
     copies = _copies()
+    empty = torch.empty
+    monkeypatch.setattr(torch, "empty", lambda *a, **k: empty(*a, **k).fill_(float("nan")))  # uninitialised memory
     first = copies.plan(_batch([1, 2], [5, 9]))
     for buf in first[0].k, first[0].v:
         buf[:2, :, :9] = torch.randn(2, KV_HEADS, 9, HEAD_DIM)  # stands for the filled keys and values
@@ -145,6 +147,8 @@ def test_longer_buffers_keep_what_the_rows_hold():
     grown = copies.plan(_batch([1, 2], [6, capacity + 1]))  # ... after many appends of request 2
     assert grown[0].k.shape[2] > capacity and len(grown[0].fill) == 1  # request 2 jumped: only it refills
     torch.testing.assert_close(grown[0].k[:2, :, :9], held)
+    for buf in grown[0].k, grown[0].v:  # every column finite: masked ones still enter P @ V with weight 0
+        assert torch.isfinite(buf).all()
 
 
 def test_a_shared_prefix_stays_out_of_the_rows():
