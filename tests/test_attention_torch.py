@@ -71,6 +71,34 @@ def test_bf16_cache_attends_in_fp32(prefix, ext, hq, hkv, d, window):
     torch.testing.assert_close(got.float(), want, rtol=2e-2, atol=2e-2)
 
 
+@pytest.mark.parametrize("dtype,ext,matmuls", [
+    (torch.float32, None, True),  # a decode step in fp32: two batched matmuls
+    (torch.bfloat16, None, False),  # bf16 keeps the fused kernel's fp32 scores
+    (torch.float32, [1, 1, 1, 1, 1], True),  # an extend of one token per request is a decode step's shape
+    (torch.float32, [7, 2, 4, 3, 20], False),  # an extend of several tokens per request: the fused kernel
+])
+def test_decode_rows_take_the_matmul_path_in_fp32(dtype, ext, matmuls, monkeypatch):
+    prefix, ext0, hq, hkv, d, window = CASES[1]
+    kc, vc, r2t, rpi, pre, ex, start, g = _setup(prefix, ext or ext0, hq, hkv, d, seed=3)
+    calls = []
+    real = attention_torch._few_rows_attention
+    monkeypatch.setattr(attention_torch, "_few_rows_attention", lambda *a: calls.append(1) or real(*a))
+    kc, vc = kc.to(dtype), vc.to(dtype)
+    scale = d ** -0.5
+    if ext is None:
+        qd = torch.randn(len(prefix), hq, d, generator=g).to(dtype)
+        seq = pre + torch.clamp(ex, min=1)
+        got = decode_attention_torch(qd, kc, vc, r2t, rpi, seq, scale, window)
+        want = decode_attention_reference(qd.float(), kc.float(), vc.float(), r2t, rpi, seq, scale, window)
+    else:
+        q = torch.randn(int(ex.sum()), hq, d, generator=g).to(dtype)
+        got = extend_attention_torch(q, kc, vc, r2t, rpi, pre, ex, start, scale, window)
+        want = extend_attention_reference(q.float(), kc.float(), vc.float(), r2t, rpi, pre, ex, start, scale, window)
+    assert bool(calls) == matmuls
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(got.float(), want, rtol=tol, atol=tol)
+
+
 @pytest.mark.parametrize("block", [1, 3, 8])
 @pytest.mark.parametrize("prefix,ext,hq,hkv,d,window", CASES)
 def test_query_blocks_give_the_reference(prefix, ext, hq, hkv, d, window, block, monkeypatch):
