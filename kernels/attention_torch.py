@@ -48,22 +48,26 @@ def _padded_attention(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, kv_len: Te
     if mask is None:
         mask = _padded_mask(q_pos, kv_len, k.shape[2], g, sliding_window)
     if _few_rows(q):
-        out = _few_rows_attention(rows, k, v, mask, sm_scale)
+        out = _few_rows_attention(rows, k, v, mask, sm_scale, kv_len)
     else:
         out = F.scaled_dot_product_attention(rows, k, v, attn_mask=mask, scale=sm_scale)  # [B, Hkv, G*E, D]
     return out.view(b, hkv, g, e, d).permute(0, 3, 1, 2, 4).reshape(b, e, hq, d)
 
 
-def _few_rows_attention(rows: Tensor, k: Tensor, v: Tensor, mask: Tensor, sm_scale: float) -> Tensor:
+def _few_rows_attention(rows: Tensor, k: Tensor, v: Tensor, mask: Tensor, sm_scale: float,
+                        kv_len: Tensor) -> Tensor:
     """Attention [B, Hkv, G, D] of a few fp32 query rows per head (rows [B, Hkv, G, D], a decode step's) over
-    k, v [B, Hkv, L, D] as two batched matmuls, keys as the tall operand: K [L, D] @ Q^T [D, G] streams each
-    head's keys once. A batched CPU decode step runs 1.05-1.1x faster than through the fused kernel, whose
-    per-block setup a G-row block cannot hide (docs/kernels.md); the cascade's short own-keys call does not
-    gain, so it stays on the fused kernel."""
+    k, v [B, Hkv, L, D] (kv_len [B] valid) as two batched matmuls, keys as the tall operand: K [L, D] @ Q^T [D, G]
+    streams each head's keys once. A batched CPU decode step runs 1.05-1.1x faster than through the fused
+    kernel, whose per-block setup a G-row block cannot hide (docs/kernels.md); the cascade's short own-keys call
+    does not gain, so it stays on the fused kernel. A request that sees no key (kv_len 0: a padding row, a
+    buffer row no request holds) gets zeros, as from the fused kernel, not a softmax's NaN: a padding row writes
+    its K/V to the reserved slot, which other rows read under their mask."""
     if mask.dtype == torch.bool:
         mask = _additive(mask, rows.dtype)
     scores = torch.matmul(k, (rows * sm_scale).transpose(-1, -2)).transpose(-1, -2) + mask  # [B, Hkv, G, L]
-    return torch.matmul(torch.softmax(scores, -1), v)
+    out = torch.matmul(torch.softmax(scores, -1), v)
+    return out.masked_fill_((kv_len == 0).view(-1, 1, 1, 1), 0.0)
 
 
 def _few_rows(q: Tensor) -> bool:

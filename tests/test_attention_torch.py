@@ -99,6 +99,24 @@ def test_decode_rows_take_the_matmul_path_in_fp32(dtype, ext, matmuls, monkeypat
     torch.testing.assert_close(got.float(), want, rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("kv_len", [[5, 0, 9], [0], [1, 12, 3]])
+@pytest.mark.parametrize("boolean", [True, False])
+def test_few_rows_attention_equals_the_fused_kernel(kv_len, boolean):
+    """The matmul decode path gives what torch's fused kernel gives, rows that see no key included (zeros: a
+    padding row's output is written back to the reserved slot as K/V, so a NaN there would spread)."""
+    g = torch.Generator().manual_seed(len(kv_len))
+    b, hkv, rows_per_head, length, d = len(kv_len), 2, 3, 12, 16
+    rows = torch.randn(b, hkv, rows_per_head, d, generator=g)
+    k, v = torch.randn(b, hkv, length, d, generator=g), torch.randn(b, hkv, length, d, generator=g)
+    seen = torch.tensor(kv_len)
+    mask = (torch.arange(length)[None, :] < seen[:, None])[:, None, None, :].expand(b, 1, rows_per_head, length)
+    mask = mask if boolean else attention_torch._additive(mask, torch.float32)
+    want = torch.nn.functional.scaled_dot_product_attention(rows, k, v, attn_mask=mask, scale=0.25)
+    got = attention_torch._few_rows_attention(rows, k, v, mask, 0.25, seen)
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("block", [1, 3, 8])
 @pytest.mark.parametrize("prefix,ext,hq,hkv,d,window", CASES)
 def test_query_blocks_give_the_reference(prefix, ext, hq, hkv, d, window, block, monkeypatch):
