@@ -14,6 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from radixgen.kernels import linear_onednn
+
 
 QUERY_BLOCK = 512  # a long extend attends in blocks of queries, each over the keys its last query can see
 # Rows whose first keys are the same slots (a prefix shared through the radix cache) read those keys once, as
@@ -71,8 +73,16 @@ def _few_rows_attention(rows: Tensor, k: Tensor, v: Tensor, mask: Tensor, sm_sca
 
 
 def _few_rows(q: Tensor) -> bool:
-    """Whether `_few_rows_attention` serves these queries [B, E, Hq, D]: one per request (a decode step), fp32."""
-    return q.shape[1] == 1 and q.dtype == torch.float32
+    """Whether `_few_rows_attention` serves these queries [B, E, Hq, D]: one per request (a decode step), fp32,
+    on a CPU where the matmuls measured faster than the fused kernel."""
+    return q.shape[1] == 1 and q.dtype == torch.float32 and q.device.type == "cpu" and _decode_as_matmuls()
+
+
+@functools.lru_cache(maxsize=1)
+def _decode_as_matmuls() -> bool:
+    """AMD processors (where MKL also takes its slow path, kernels/linear_onednn.py): the matmuls measured
+    1.2-1.9x faster there. On the H200 host's Intel Xeon they were 0.5-1.4x, so the fused kernel stays."""
+    return linear_onednn.cpu_vendor() in linear_onednn.AMD_VENDORS
 
 
 def _padded_mask(q_pos: Tensor, kv_len: Tensor, length: int, g: int, sliding_window: int | None) -> Tensor:

@@ -77,7 +77,10 @@ def test_bf16_cache_attends_in_fp32(prefix, ext, hq, hkv, d, window):
     (torch.float32, [1, 1, 1, 1, 1], True),  # an extend of one token per request is a decode step's shape
     (torch.float32, [7, 2, 4, 3, 20], False),  # an extend of several tokens per request: the fused kernel
 ])
-def test_decode_rows_take_the_matmul_path_in_fp32(dtype, ext, matmuls, monkeypatch):
+@pytest.mark.parametrize("preferred", [True, False])  # an AMD CPU, or another
+def test_decode_rows_take_the_matmul_path_in_fp32(dtype, ext, matmuls, preferred, monkeypatch):
+    monkeypatch.setattr(attention_torch, "_decode_as_matmuls", lambda: preferred)
+    matmuls = matmuls and preferred
     prefix, ext0, hq, hkv, d, window = CASES[1]
     kc, vc, r2t, rpi, pre, ex, start, g = _setup(prefix, ext or ext0, hq, hkv, d, seed=3)
     calls = []
