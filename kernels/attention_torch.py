@@ -60,9 +60,9 @@ def _few_rows_attention(rows: Tensor, k: Tensor, v: Tensor, mask: Tensor, sm_sca
                         kv_len: Tensor) -> Tensor:
     """Attention [B, Hkv, G, D] of a few fp32 query rows per head (rows [B, Hkv, G, D], a decode step's) over
     k, v [B, Hkv, L, D] (kv_len [B] valid) as two batched matmuls, keys as the tall operand: K [L, D] @ Q^T [D, G]
-    streams each head's keys once. A batched CPU decode step runs 1.05-1.1x faster than through the fused
-    kernel, whose per-block setup a G-row block cannot hide (docs/kernels.md); the cascade's short own-keys call
-    does not gain, so it stays on the fused kernel. A request that sees no key (kv_len 0: a padding row, a
+    streams each head's keys once. Whole decode steps on the 2-core AMD VM ran 1.03-1.14x faster than through
+    the fused kernel, whose per-block setup a G-row block cannot hide (docs/kernels.md); the cascade's short
+    own-keys call does not gain, so it stays on the fused kernel. A request that sees no key (kv_len 0: a padding row, a
     buffer row no request holds) gets zeros, as from the fused kernel, not a softmax's NaN: a padding row writes
     its K/V to the reserved slot, which other rows read under their mask."""
     if mask.dtype == torch.bool:
@@ -80,8 +80,9 @@ def _few_rows(q: Tensor) -> bool:
 
 @functools.lru_cache(maxsize=1)
 def _decode_as_matmuls() -> bool:
-    """AMD processors (where MKL also takes its slow path, kernels/linear_onednn.py): the matmuls measured
-    1.2-1.9x faster there. On the H200 host's Intel Xeon they were 0.5-1.4x, so the fused kernel stays."""
+    """AMD processors (where MKL also takes its slow path, kernels/linear_onednn.py): there the attention as
+    matmuls measured 1.2-1.9x the fused kernel's speed at 20 x 700, 4 x 1,000 and 1 x 2,000 (0.9-1.15x at
+    20 x 300); on the H200 host's Intel Xeon 0.5-1.4x, so the fused kernel stays there."""
     return linear_onednn.cpu_vendor() in linear_onednn.AMD_VENDORS
 
 
