@@ -38,7 +38,8 @@ def _padded_attention(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, kv_len: Te
     """q [B, E, Hq, D] at positions q_pos [B, E] over k, v [B, Hkv, L, D] (kv_len [B] valid) -> [B, E, Hq, D].
 
     One `scaled_dot_product_attention` call (torch's fused CPU flash kernel: fp32 accumulation and softmax for
-    bf16 inputs, like the Triton kernels) with GQA folded into the query rows: the G query heads sharing a KV
+    bf16 inputs, like the Triton kernels), or for a decode step's rows on an AMD CPU `_few_rows_attention`'s two
+    matmuls, with GQA folded into the query rows: the G query heads sharing a KV
     head become G x E query rows of that head, so K and V are never copied or repeated per query head. Rows of
     padding (past a request's extend) may come out as NaN; callers drop them. `mask`: `_padded_mask`'s result
     for these arguments when the caller already has it, boolean or (better: the fused kernel turns a boolean
