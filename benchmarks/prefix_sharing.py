@@ -7,7 +7,7 @@ earlier-submitted sequence), wall time with the cache on vs off, and the engine'
 with prefill chunks and decode-only steps (the decode steps cost the same with the cache on or off). Each
 round runs a fresh cache-on engine and a fresh cache-off one, one at a time, the cache-on one first in even
 rounds and second in odd ones; each side keeps its fastest round, and "rounds" gives the range of the
-per-round speedups.
+per-round speedups and their median (steadier than the ratio of the two fastest rounds when the box drifts).
 
     python benchmarks/prefix_sharing.py [--model PATH] [--scale 1.0] [--max-new-tokens 8] [--repeats 4] [--dtype auto]
     python benchmarks/prefix_sharing.py --only "no sharing" --repeats 6 --order on-first   # the order effect
@@ -159,14 +159,14 @@ def main() -> None:
     # the most the wall time can gain while the decode steps cost the same with the cache on or off.
     print(f"{'workload':<16} {'prompt tok':>10} {'fwd tok on':>10} {'fwd tok off':>11} {'hit rate':>8} "
           f"{'optimum':>8} {'of opt':>7} {'speedup':>7} {'on s':>7} {'off s':>7} {'prefill s on/off':>16} "
-          f"{'prefill x':>9} {'tokens x':>8} {'decode s on/off':>15} {'rounds':>11}")
+          f"{'prefill x':>9} {'tokens x':>8} {'decode s on/off':>15} {'rounds':>11} {'median':>7}")
     for name, pt, fon, foff, hr, opt, sp, on, off, pairs in rows:
         frac = hr / opt if opt > 0 else float("nan")
         pre = f"{on['prefill_s']:.2f}/{off['prefill_s']:.2f}"
         dec = f"{on['decode_s']:.2f}/{off['decode_s']:.2f}"
         print(f"{name:<16} {pt:>10} {fon:>10} {foff:>11} {hr:>8.1%} {opt:>8.1%} {frac:>7.1%} {sp:>6.2f}x "
               f"{on['wall']:>7.2f} {off['wall']:>7.2f} {pre:>16} {off['prefill_s'] / max(on['prefill_s'], 1e-9):>8.2f}x "
-              f"{foff / max(fon, 1):>7.2f}x {dec:>15} {min(pairs):>5.2f}-{max(pairs):.2f}x")
+              f"{foff / max(fon, 1):>7.2f}x {dec:>15} {min(pairs):>5.2f}-{max(pairs):.2f}x {np.median(pairs):>6.2f}x")
 
 
 if __name__ == "__main__":
