@@ -75,7 +75,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     from radixgen.runtime.download import default_model_path
-    from radixgen.runtime.tokenizer import Tokenizer
+    from radixgen.tokenizer import Tokenizer
 
     path = Path(args.model) if args.model else default_model_path(download=True)
     tok = Tokenizer.from_file(path)

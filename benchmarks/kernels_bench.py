@@ -24,12 +24,13 @@ import time
 import torch
 import torch.nn.functional as F
 import triton
+from triton.runtime.errors import OutOfResources
+
 from radixgen.kernels.decode_attention_triton import DecodeConfig, decode_attention_triton
 from radixgen.kernels.extend_attention_triton import (
     ExtendConfig,
     extend_attention_triton,
 )
-from triton.runtime.errors import OutOfResources
 
 HQ, HKV, D = 32, 8, 128
 DTYPE = torch.bfloat16

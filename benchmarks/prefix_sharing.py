@@ -23,8 +23,7 @@ import numpy as np
 
 from radixgen.runtime.engine import Engine
 
-WORDS = ("alpha beta gamma delta epsilon river mountain city forest ocean model token prefix cache tree "
-         "question answer because therefore system user assistant fast slow bright dark").split()
+WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "river", "mountain", "city", "forest", "ocean", "model", "token", "prefix", "cache", "tree", "question", "answer", "because", "therefore", "system", "user", "assistant", "fast", "slow", "bright", "dark"]
 
 
 def sentence(rng: random.Random, n: int) -> str:

@@ -16,9 +16,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from radixgen.lang.engine_backend import EngineBackend
-
 import radixgen as sgl
+from radixgen.lang.engine_backend import EngineBackend
 
 FEW_SHOT = "".join(
     f"Q: What is the capital of {c}?\nA: {a}\n\n"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+
 from radixgen.radix import RadixCache
 
 

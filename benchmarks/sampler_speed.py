@@ -12,6 +12,7 @@ import argparse
 import time
 
 import torch
+
 from radixgen.runtime.sampler import Sampler
 from radixgen.runtime.sampling_batch import SamplingBatch
 from radixgen.runtime.sampling_params import SamplingParams

@@ -49,10 +49,11 @@ def timed(fn, repeats: int, fresh=None) -> tuple[Timing, object]:
 
 def load_peers(vocab: str):
     import tiktoken
-    from radixgen.runtime.tokenizer import Tokenizer
-    from radixgen.runtime.tokenizer.byte_level import alphabet_to_bytes
-    from radixgen.runtime.tokenizer.patterns import GPT2, QWEN2
     from tokenizers import Tokenizer as HFTokenizer
+
+    from radixgen.tokenizer import Tokenizer
+    from radixgen.tokenizer.byte_level import alphabet_to_bytes
+    from radixgen.tokenizer.patterns import GPT2, QWEN2
 
     if vocab == "qwen3":
         ours = lambda: Tokenizer.from_file(FIXTURES / "qwen3")

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from typing import Protocol
 
 import numpy as np
+
 from radixgen.grammars.bytedfa import ByteDFA
 from radixgen.grammars.columns import group_bytes
 from radixgen.grammars.pda import PdaTables

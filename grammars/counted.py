@@ -19,6 +19,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 import numpy as np
+
 from radixgen.grammars.bytedfa import DEAD, ByteDFA
 from radixgen.grammars.ir import Alt, Expr, Graph, Repeat, RuleRef, Seq, Terminal
 

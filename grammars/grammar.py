@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
+
 from radixgen.grammars.automaton import ByteAutomaton, DfaAutomaton, PdaAutomaton
 from radixgen.grammars.errors import GrammarError
 from radixgen.grammars.ir import GrammarIR, normalize

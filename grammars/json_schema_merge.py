@@ -167,7 +167,7 @@ def _merge_types(a: dict, b: dict, out: dict) -> None:
     ta = set(a.get("type", JSON_TYPES))
     tb = set(b.get("type", JSON_TYPES))
     both = ta & tb
-    if "number" in ta and "integer" in tb or "integer" in ta and "number" in tb:
+    if ("number" in ta and "integer" in tb) or ("integer" in ta and "number" in tb):
         both.add("integer")
     if not both:
         raise Unsatisfiable(f"allOf of disjoint types {sorted(ta)} and {sorted(tb)}")

@@ -15,6 +15,7 @@ import re
 from lark.exceptions import LarkError
 from lark.lexer import PatternStr, TerminalDef
 from lark.load_grammar import load_grammar
+
 from radixgen.grammars.bytedfa import ByteDFA, dfa_from_bytes
 from radixgen.grammars.errors import GrammarError
 from radixgen.grammars.ir import Alt, Expr, GrammarIR, Graph, Repeat, RuleRef, Seq, Terminal

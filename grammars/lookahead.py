@@ -18,6 +18,7 @@ counted.py), so a representative's walk is still that terminal's walk, cached pe
 from __future__ import annotations
 
 import numpy as np
+
 from radixgen.grammars.bytedfa import ByteDFA
 from radixgen.grammars.columns import group_bytes
 from radixgen.grammars.pda import PdaTables

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+
 from radixgen.grammars.automaton import (
     DEAD,
     MARK,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
+
 from radixgen.grammars.automaton import DEAD
 
 if TYPE_CHECKING:

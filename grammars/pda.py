@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
 from radixgen.grammars.bytedfa import ByteDFA
 from radixgen.grammars.columns import group_bytes
 from radixgen.grammars.counted import fuse_bounded_repeats

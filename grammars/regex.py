@@ -13,6 +13,7 @@ from functools import lru_cache
 
 import interegular
 from interegular.fsm import anything_else
+
 from radixgen.grammars.bytedfa import ByteDFA, CharTransitions, dfa_from_char_automaton
 from radixgen.grammars.errors import GrammarError
 
@@ -76,7 +77,7 @@ def _strip_anchors_and_check(pattern: str) -> str:
         ch = pattern[i]
         if ch == "\\":
             nxt = pattern[i + 1:i + 2]
-            if not in_class and (nxt in ("b", "B", "A", "Z", "z") or nxt.isdigit() and nxt != "0"):
+            if not in_class and (nxt in ("b", "B", "A", "Z", "z") or (nxt.isdigit() and nxt != "0")):
                 raise GrammarError(f"regex {pattern!r}: \\{nxt} (anchor or backreference) is not supported")
             i += 2
             continue

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 import numpy as np
+
 from radixgen.grammars.automaton import DfaEscapes, PdaAutomaton
 from radixgen.grammars.bytedfa import ByteDFA
 from radixgen.grammars.token_walk import WalkResult, nodes_to_mask, walk_trie

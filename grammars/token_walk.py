@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+
 from radixgen.grammars.automaton import ByteAutomaton, DfaEscapes
 from radixgen.grammars.vocabulary import TokenTrie, Vocabulary
 

@@ -12,6 +12,7 @@ from functools import cached_property
 from typing import Any
 
 import numpy as np
+
 from radixgen.grammars.lru import ByteLru
 
 WALK_CACHE_BYTES = 1 << 30  # default budget of the per-vocabulary terminal walk cache (lru.py); the

@@ -16,7 +16,6 @@ from torch import Tensor
 
 from radixgen.kernels import linear_onednn
 
-
 QUERY_BLOCK = 512  # a long extend attends in blocks of queries, each over the keys its last query can see
 # Rows whose first keys are the same slots (a prefix shared through the radix cache) read those keys once, as
 # one attention of all the rows' queries, merged with each row's own keys by log-sum-exp (cascade).

@@ -19,8 +19,9 @@ from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
-from radixgen.kernels import attention_ref, attention_torch, elementwise_ref, linear_onednn
 from torch import Tensor
+
+from radixgen.kernels import attention_ref, attention_torch, elementwise_ref, linear_onednn
 
 FORCE_REFERENCE_ENV = "RADIXGEN_FORCE_REFERENCE"
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
+
 from radixgen.kernels.softmax_triton import NEG_LARGE, online_softmax_step
 
 LOG2E = 1.4426950408889634

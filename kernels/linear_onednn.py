@@ -18,7 +18,6 @@ import functools
 import torch
 from torch import Tensor
 
-
 AMD_VENDORS = ("AuthenticAMD", "HygonGenuine")  # x86 vendors for which MKL does not select its fast kernels
 
 

@@ -86,7 +86,7 @@ def derive_role_template(apply: ApplyTemplate, bos_text: str = "", tokenizer_add
     system_preamble = ""
     try:
         sys_before, sys_after = _split(apply([{"role": "system", "content": s}], False), s, "system")
-    except Exception:  # noqa: BLE001 - templates that refuse a system role (e.g. Gemma's raise) have none
+    except Exception:
         sys_before = sys_after = None
     if sys_before is not None and sys_after is not None:
         if bos_text and sys_before.startswith(bos_text):

@@ -184,7 +184,7 @@ class CompiledFunction:
                     moved = True
                 else:
                     prog.active.remove(sid)
-            except Exception as exc:  # noqa: BLE001 - the program's error goes into its state
+            except Exception as exc:
                 self._fail(prog, exc)
                 return False
         return moved
@@ -242,7 +242,7 @@ class CompiledFunction:
         if scored is not None:
             try:
                 choices: list[Any] = scored.result()
-            except Exception as exc:  # noqa: BLE001 - the whole batch failed: each program gets the error
+            except Exception as exc:
                 choices = [exc] * len(selects)
             for (prog, sid, node), result in zip(selects, choices):
                 self._apply(prog, sid, node, result)
@@ -259,5 +259,5 @@ class CompiledFunction:
             elif isinstance(node.expr, Select):
                 ex.record_select(node.expr, ex.text, result)
             prog.cursor[sid] += 1
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             self._fail(prog, exc)

@@ -133,7 +133,7 @@ class StreamExecutor:
                 item = self._queue.popleft()
             try:
                 self.execute(item)
-            except BaseException as exc:  # noqa: BLE001 - any failure belongs to this state, not the thread
+            except BaseException as exc:
                 self.fail(exc)
 
     # -- interpretation --------------------------------------------------------------------------------------

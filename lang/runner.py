@@ -34,7 +34,7 @@ def run_program(
         try:
             state.ret_value = func(state, **kwargs)
             ex.sync()
-        except Exception as exc:  # noqa: BLE001 - the program's failure is reported through its state
+        except Exception as exc:
             ex.fail(exc)
             ex.sync()
             log.warning("program %s failed: %r", getattr(func, "__name__", func), exc)

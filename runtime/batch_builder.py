@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+
 from radixgen.runtime.forward_batch import ForwardBatch, assemble_forward_batch, exclusive_cumsum
 from radixgen.runtime.scheduler import ScheduleBatch, Scheduler
 

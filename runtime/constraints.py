@@ -8,7 +8,7 @@ from collections.abc import Iterable
 
 
 def build_vocabulary(tokenizer, eos_token_ids: Iterable[int] | None = None):
-    """The grammars' `Vocabulary` of a `radixgen.runtime.tokenizer.Tokenizer`: every id's exact bytes, its EOS
+    """The grammars' `Vocabulary` of a `radixgen.tokenizer.Tokenizer`: every id's exact bytes, its EOS
     ids (or `eos_token_ids`), and its special ids (never allowed inside constrained text)."""
     from radixgen.grammars import Vocabulary
 

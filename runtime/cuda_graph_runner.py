@@ -29,6 +29,7 @@ import logging
 import time
 
 import torch
+
 from radixgen.runtime.forward_batch import ForwardBatch, ForwardMode
 from radixgen.runtime.kv_pool import PADDING_SLOT, KVPool
 

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from radixgen.runtime.forward_batch import ForwardBatch, ForwardMode
 
 from radixgen import kernels
+from radixgen.runtime.forward_batch import ForwardBatch, ForwardMode
 
 HEADROOM = 64  # positions (and rounding) each request can grow before the buffers are reallocated larger
 ROW_ROUNDING = 8  # buffer rows come in multiples of this, so requests can join without a reallocation

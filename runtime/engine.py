@@ -27,7 +27,7 @@ log = logging.getLogger("radixgen.engine")
 
 def load_tokenizer(path):
     """The tokenizer of a model folder or GGUF file."""
-    from radixgen.runtime.tokenizer import Tokenizer
+    from radixgen.tokenizer import Tokenizer
 
     if path is None:
         raise ValueError("a dummy model without a model folder needs tokenizer_path=")
@@ -48,7 +48,7 @@ def _on_own_thread(fn: Callable[[], None]) -> None:
     def run() -> None:
         try:
             fn()
-        except BaseException as exc:  # noqa: BLE001 - re-raised on the caller's thread
+        except BaseException as exc:
             failure.append(exc)
 
     thread = threading.Thread(target=run, name="radixgen-build")
@@ -282,7 +282,7 @@ class Engine:
         if self._closed:
             raise RuntimeError("the engine has been shut down")
 
-    def __enter__(self) -> "Engine":
+    def __enter__(self) -> Engine:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -35,7 +35,7 @@ class EngineConfig:
     log_level: str = "warning"
 
     @classmethod
-    def from_options(cls, model_path: str | None = None, **options) -> "EngineConfig":
+    def from_options(cls, model_path: str | None = None, **options) -> EngineConfig:
         """Build from keyword options, refusing unknown names with the list of known ones."""
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(options) - known)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+
 from radixgen.runtime.config import ModelConfig
 
 PADDING_SLOT = 0  # reserved slot: writes of padding rows land here and nothing reads it

@@ -12,14 +12,14 @@ import logging
 from pathlib import Path
 
 import torch
+
+from radixgen import kernels
 from radixgen.runtime.decode_kv_copies import DecodeKVCopies
 from radixgen.runtime.engine_config import EngineConfig
 from radixgen.runtime.errors import ModelNotFoundError
 from radixgen.runtime.forward_batch import ForwardBatch
 from radixgen.runtime.kv_pool import CPU_KV_BUDGET_BYTES, KVPool, ReqToTokenPool, SlotAllocator, kv_pool_num_slots
 from radixgen.runtime.loader import load_model
-
-from radixgen import kernels
 
 logger = logging.getLogger(__name__)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
 from radixgen.runtime.request import Req
 from radixgen.runtime.sampler import SampleOutput
 from radixgen.runtime.sampling_batch import SamplingBatch

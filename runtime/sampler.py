@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
 from radixgen.kernels import apply_token_bitmask
 from radixgen.runtime.counter_rng import exponential, row_keys, token_keys
 from radixgen.runtime.sampling_batch import SamplingBatch

@@ -31,6 +31,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 import torch
+
 from radixgen.runtime.counter_rng import split_seed
 from radixgen.runtime.forward_batch import host_to_device
 from radixgen.runtime.sampling_params import SamplingParams

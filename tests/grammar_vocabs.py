@@ -12,9 +12,10 @@ from functools import cache
 from pathlib import Path
 
 import numpy as np
+
 from radixgen.grammars import Vocabulary
 from radixgen.runtime.constraints import build_vocabulary
-from radixgen.runtime.tokenizer import Tokenizer as OurTokenizer
+from radixgen.tokenizer import Tokenizer as OurTokenizer
 
 TOKENIZERS = Path(__file__).resolve().parent / "fixtures" / "tokenizers"
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from radixgen.runtime.download import cached_model_path
 
 _BASE = {

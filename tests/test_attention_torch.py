@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from radixgen.kernels.attention_ref import decode_attention_reference, extend_attention_reference
 from radixgen.kernels import attention_torch
+from radixgen.kernels.attention_ref import decode_attention_reference, extend_attention_reference
 from radixgen.kernels.attention_torch import decode_attention_torch, extend_attention_torch
 
 CASES = [

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+
 from radixgen.runtime.cuda_graph_runner import CudaGraphRunner, graph_batch_sizes
 from radixgen.runtime.forward_batch import ForwardMode, build_forward_batch
 from radixgen.runtime.kv_pool import PADDING_SLOT, KVPool, ReqToTokenPool

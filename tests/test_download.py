@@ -12,6 +12,7 @@ import os
 import zipfile
 
 import pytest
+
 from radixgen.runtime import download as dl
 from radixgen.runtime.errors import DownloadError
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from lang_engine_cache import shared_engine
+
 from radixgen.lang.engine_backend import EngineBackend
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"

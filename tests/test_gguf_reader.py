@@ -6,8 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from radixgen.runtime.errors import CorruptModelFileError
-from radixgen.runtime.gguf_reader import read_gguf
+from radixgen.tokenizer.loaders.gguf_reader import GGUFFormatError, read_gguf
 
 
 def test_metadata_and_tensors_equal_the_gguf_package(default_model_path):
@@ -41,8 +40,8 @@ def test_truncated_and_foreign_files_are_refused(default_model_path, tmp_path):
     data = default_model_path.read_bytes()
     for name, blob in [("cut.gguf", data[: len(data) // 2]), ("head.gguf", data[:1000])]:
         (tmp_path / name).write_bytes(blob)
-        with pytest.raises(CorruptModelFileError, match="truncated"):
+        with pytest.raises(GGUFFormatError, match="truncated"):
             read_gguf(tmp_path / name)
     (tmp_path / "x.gguf").write_bytes(b"PK\x03\x04" + b"\0" * 100)
-    with pytest.raises(CorruptModelFileError, match="not a GGUF"):
+    with pytest.raises(GGUFFormatError, match="not a GGUF"):
         read_gguf(tmp_path / "x.gguf")

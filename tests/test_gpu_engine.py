@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+
 from radixgen.runtime.cuda_graph_runner import CudaGraphRunner
 from radixgen.runtime.engine_config import EngineConfig
 from radixgen.runtime.forward_batch import build_forward_batch

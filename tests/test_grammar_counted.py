@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 
 import pytest
+
 from radixgen.grammars import Vocabulary, compile_grammar
 from radixgen.grammars.counted import MAX_FUSED_STATES, bounded_repeat, fusable
 from radixgen.grammars.ebnf import _class_dfa, _literal_dfa

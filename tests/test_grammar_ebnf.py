@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from radixgen.grammars import GrammarError, Vocabulary, compile_grammar
 
 BYTES_VOCAB = Vocabulary([bytes([b]) for b in range(256)] + [b"<eos>"], eos_token_ids=[256])

@@ -8,6 +8,7 @@ import random
 import lark
 import pytest
 from grammar_vocabs import VOCABS, allowed_ids
+
 from radixgen.grammars import (
     GrammarError,
     Vocabulary,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+
 from radixgen.grammars import Vocabulary, compile_grammar
 from radixgen.grammars.json_schema import compile_json_schema
 from radixgen.grammars.lookahead import lookahead_representatives

@@ -15,6 +15,7 @@ import random
 import numpy as np
 import pytest
 from grammar_vocabs import VOCABS
+
 from radixgen.grammars import Grammar, Vocabulary, clear_cache, compile_grammar, load_builtin_grammar
 from radixgen.grammars.automaton import PdaAutomaton
 from radixgen.grammars.json_schema import compile_json_schema

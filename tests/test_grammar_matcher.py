@@ -8,6 +8,7 @@ import random
 import numpy as np
 import pytest
 from grammar_vocabs import VOCABS, allowed_ids, is_allowed
+
 from radixgen.grammars import (
     GrammarError,
     Vocabulary,

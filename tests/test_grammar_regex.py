@@ -9,6 +9,7 @@ import pytest
 from grammar_vocabs import VOCABS, allowed_ids, is_allowed
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from radixgen.grammars import GrammarError, Vocabulary, compile_regex
 from radixgen.grammars.regex import regex_to_dfa
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 from grammar_vocabs import VOCABS, Encode, is_allowed  # tests/ is on sys.path under pytest and as a script
+
 from radixgen.grammars import (
     Grammar,
     GrammarError,

@@ -15,6 +15,7 @@ import re
 import jsonschema
 import pytest
 from json_schema_oracle import accepts
+
 from radixgen.grammars.json_schema import SchemaError, compile_json_schema, json_schema_to_ebnf
 from radixgen.grammars.json_schema_formats import integer_range, number_range
 from radixgen.grammars.json_schema_regex import pattern_to_regex
@@ -288,6 +289,7 @@ RANDOM_WALK_SCHEMAS = [c[1] for c in CASES if c[0] in (
 def test_random_walks_produce_valid_json(schema, byte_vocab):
     """Sample tokens from the mask until EOS: the text always parses and validates (never a dead end)."""
     import numpy as np
+
     from radixgen.grammars import unpack_bitmask
 
     grammar = compile_json_schema(schema, byte_vocab)

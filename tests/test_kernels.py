@@ -16,6 +16,7 @@ import sys
 
 import pytest
 import torch
+
 from radixgen.kernels import dispatch, verify
 
 SMALL = verify.cases("small")

@@ -11,6 +11,9 @@ from __future__ import annotations
 import pytest
 
 triton = pytest.importorskip("triton")
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
 from radixgen.kernels import (
     activation_triton,
     bitmask_triton,
@@ -20,8 +23,6 @@ from radixgen.kernels import (
     rotary_triton,
     store_kv_triton,
 )
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
 
 H200 = GPUTarget("cuda", 90, 32)
 POINTERS = {  # argument name -> pointee type; every other runtime argument is an i32 unless listed in SCALARS

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 from model_fixtures import TINY_CONFIGS
+
 from radixgen.runtime.config import ModelConfig
 from radixgen.runtime.kv_pool import KVPool, ReqToTokenPool, SlotAllocator, kv_pool_num_slots
 

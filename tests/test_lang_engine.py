@@ -9,10 +9,10 @@ import re
 
 import pytest
 from lang_engine_cache import shared_engine
-from radixgen.lang.backend import SelectRequest
-from radixgen.lang.engine_backend import EngineBackend
 
 import radixgen as sgl
+from radixgen.lang.backend import SelectRequest
+from radixgen.lang.engine_backend import EngineBackend
 
 IPV4 = r"((25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
 

@@ -1,4 +1,4 @@
-"""The HTTP backends (`Endpoint`, `OpenAICompatible`) against the real server on loopback (radixgen.runtime.server,
+"""The HTTP backends (`Endpoint`, `OpenAICompatible`) against the real server on loopback (radixgen.server,
 in a background thread over the shared engine): the same programs give the same text as in-process."""
 
 from __future__ import annotations
@@ -7,18 +7,18 @@ import re
 
 import pytest
 from lang_engine_cache import shared_engine
-from radixgen.lang.backend import ModelCallError
-from radixgen.lang.chat_template import CHATML
 
 import radixgen as sgl
+from radixgen.lang.backend import ModelCallError
+from radixgen.lang.chat_template import CHATML
 
 IPV4 = r"((25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
 
 
 @pytest.fixture(scope="module")
 def server(default_model_path):
-    from radixgen.runtime.server import launch
-    from radixgen.runtime.server.state import ServerSettings
+    from radixgen.server import launch
+    from radixgen.server.state import ServerSettings
 
     settings = ServerSettings(port=0, owns_engine=False)  # the engine is shared with the other test modules
     srv = launch.BackgroundServer(shared_engine(str(default_model_path)), settings).start()

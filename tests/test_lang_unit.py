@@ -12,13 +12,13 @@ from collections.abc import Sequence
 from typing import Literal, TypedDict
 
 import pytest
+
+import radixgen as sgl
 from radixgen.lang.backend import Backend, GenResult, ModelCallError, SelectResult, StreamDelta
 from radixgen.lang.chat_template import CHATML, derive_role_template, jinja_renderer
 from radixgen.lang.choices import decide
 from radixgen.lang.schema import schema_text
 from radixgen.lang.spec import GenSpec, convert_dtype
-
-import radixgen as sgl
 
 SMOL_TEMPLATE = (
     "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\n"

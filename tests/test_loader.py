@@ -8,6 +8,7 @@ import shutil
 import pytest
 import torch
 from model_fixtures import TINY_CONFIGS, write_tiny_checkpoint
+
 from radixgen.runtime.config import ModelConfig
 from radixgen.runtime.errors import (
     CorruptModelFileError,

@@ -15,6 +15,8 @@ import pytest
 import torch
 from gguf import GGMLQuantizationType as Q
 from model_fixtures import write_tiny_checkpoint
+from safetensors.torch import load_file
+
 from radixgen.runtime.errors import (
     CorruptModelFileError,
     UnsupportedArchitectureError,
@@ -24,8 +26,7 @@ from radixgen.runtime.forward_batch import build_forward_batch
 from radixgen.runtime.kv_pool import KVPool
 from radixgen.runtime.loader import load_model
 from radixgen.runtime.loader.gguf_file import dequantize_tensor
-from radixgen.runtime.gguf_reader import read_gguf
-from safetensors.torch import load_file
+from radixgen.tokenizer.loaders.gguf_reader import read_gguf
 
 pytest.importorskip("transformers")
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 from model_fixtures import TINY_CONFIGS, write_tiny_checkpoint
+
 from radixgen.runtime.engine_config import EngineConfig
 from radixgen.runtime.forward_batch import build_forward_batch
 from radixgen.runtime.kv_pool import KVPool

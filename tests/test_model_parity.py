@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 from model_fixtures import TINY_CONFIGS, write_tiny_checkpoint
+
 from radixgen.runtime.forward_batch import build_forward_batch
 from radixgen.runtime.kv_pool import KVPool, ReqToTokenPool, SlotAllocator
 from radixgen.runtime.loader import load_model

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from model_fixtures import TINY_CONFIGS
+
 from radixgen.runtime.engine_config import EngineConfig
 from radixgen.runtime.errors import ModelNotFoundError
 from radixgen.runtime.forward_batch import build_forward_batch

@@ -11,8 +11,9 @@ import gguf
 import numpy as np
 import pytest
 import torch
-from radixgen.runtime.model_runner import ModelRunner
+
 from radixgen.runtime.engine import Engine
+from radixgen.runtime.model_runner import ModelRunner
 
 # (prompt ids, greedy continuation) recorded from transformers on the same file.
 RECORDED = [

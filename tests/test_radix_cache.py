@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from radixgen.radix import InsertResult, NoPrefixCache, PrefixCache, RadixCache
 
 

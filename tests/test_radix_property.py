@@ -15,6 +15,7 @@ import numpy as np
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
 from radixgen.radix import RadixCache, RadixNode
 
 # Sequences = a cut of one of a few related base sequences + a short random tail over a tiny alphabet, so

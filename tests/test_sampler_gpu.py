@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from radixgen.runtime.counter_rng import row_keys, token_keys, uniform
 from radixgen.runtime.sampler import Sampler
 from radixgen.runtime.sampling_batch import SamplingBatch

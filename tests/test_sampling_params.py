@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from radixgen.runtime.sampling_params import Constraint, SamplingParams
 
 

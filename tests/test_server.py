@@ -14,10 +14,11 @@ import aiohttp
 import jsonschema
 import pytest
 from lang_engine_cache import shared_engine
-from radixgen.runtime.server import openai_api
-from radixgen.runtime.server.launch import BackgroundServer
-from radixgen.runtime.server.programs import ProgramRegistry
-from radixgen.runtime.server.state import ServerSettings
+
+from radixgen.server import openai_api
+from radixgen.server.launch import BackgroundServer
+from radixgen.server.programs import ProgramRegistry
+from radixgen.server.state import ServerSettings
 
 openai = pytest.importorskip("openai")
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"

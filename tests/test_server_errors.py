@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 from lang_engine_cache import shared_engine
-from radixgen.runtime.server.launch import BackgroundServer
-from radixgen.runtime.server.programs import ProgramRegistry
-from radixgen.runtime.server.state import ServerSettings
+
+from radixgen.server.launch import BackgroundServer
+from radixgen.server.programs import ProgramRegistry
+from radixgen.server.state import ServerSettings
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 BODY_LIMIT = 64 * 1024

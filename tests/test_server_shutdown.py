@@ -12,8 +12,8 @@ import time
 import urllib.error
 import urllib.request
 
-from radixgen.runtime.cli import build_parser
-from radixgen.runtime.server.launch import engine_options, settings_from
+from radixgen.cli import build_parser
+from radixgen.server.launch import engine_options, settings_from
 
 
 def free_port() -> int:
@@ -115,7 +115,8 @@ def test_health_is_503_until_warmup_ran():
     import asyncio
 
     from aiohttp.test_utils import TestClient, TestServer
-    from radixgen.runtime.server import ServerSettings, create_app
+
+    from radixgen.server import ServerSettings, create_app
 
     engine = _SlowWarmupEngine()
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 import random
 
 import pytest
+
 from radixgen.runtime.sampling_params import SamplingParams as SP
 from radixgen.runtime.stop_checker import StopChecker
-from radixgen.runtime.tokenizer.detokenizer import IncrementalDetokenizer
+from radixgen.tokenizer.detokenizer import IncrementalDetokenizer
 
 EOS = 0
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 from jinja2.exceptions import TemplateError
-from radixgen.runtime.tokenizer.chat_template import render_chat_template
+
+from radixgen.tokenizer.chat_template import render_chat_template
 
 transformers_chat = pytest.importorskip("transformers.utils.chat_template_utils")
 
@@ -103,7 +104,7 @@ def test_extra_kwargs_reach_the_template(fixtures_dir):
 
 
 def test_tokenizer_apply_chat_template_uses_its_tokens(fixtures_dir):
-    from radixgen.runtime.tokenizer import Tokenizer
+    from radixgen.tokenizer import Tokenizer
 
     tok = Tokenizer.from_file(fixtures_dir / "tokenizers" / "smollm2-135m-instruct.tokenizer.gguf")
     text = tok.apply_chat_template([{"role": "user", "content": "Hi"}])

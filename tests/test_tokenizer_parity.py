@@ -9,9 +9,10 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from radixgen.runtime.tokenizer import Tokenizer
-from radixgen.runtime.tokenizer.patterns import GPT2
 from test_tokenizer_corpus import make_documents
+
+from radixgen.tokenizer import Tokenizer
+from radixgen.tokenizer.patterns import GPT2
 
 pytest.importorskip("tokenizers")
 

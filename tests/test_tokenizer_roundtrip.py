@@ -7,7 +7,8 @@ import unicodedata
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-from radixgen.runtime.tokenizer import Tokenizer
+
+from radixgen.tokenizer import Tokenizer
 
 hf = pytest.importorskip("tokenizers")
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import random
 
 import pytest
-from radixgen.runtime.tokenizer import Tokenizer
+
+from radixgen.tokenizer import Tokenizer
 
 
 @pytest.fixture(scope="module")

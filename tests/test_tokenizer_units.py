@@ -8,12 +8,13 @@ import random
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from radixgen.runtime.tokenizer import Tokenizer
-from radixgen.runtime.tokenizer import bpe as bpe_module
-from radixgen.runtime.tokenizer import tokenizer as tokenizer_module
-from radixgen.runtime.tokenizer.byte_level import BYTE_TO_CHAR, alphabet_to_bytes, bytes_to_alphabet
-from radixgen.runtime.tokenizer.normalizers import build_normalizer
-from radixgen.runtime.tokenizer.pretokenizers import build_pretokenizer
+
+from radixgen.tokenizer import Tokenizer
+from radixgen.tokenizer import bpe as bpe_module
+from radixgen.tokenizer import tokenizer as tokenizer_module
+from radixgen.tokenizer.byte_level import BYTE_TO_CHAR, alphabet_to_bytes, bytes_to_alphabet
+from radixgen.tokenizer.normalizers import build_normalizer
+from radixgen.tokenizer.pretokenizers import build_pretokenizer
 
 hf = pytest.importorskip("tokenizers")
 from tokenizers import Regex
@@ -242,7 +243,7 @@ def test_byte_alphabet_round_trip():
 def test_tiktoken_pattern_by_name_or_regex(fixtures_dir):
     path = fixtures_dir / "tokenizers" / "r50k_base.tiktoken"
     by_name = Tokenizer.from_file(path, pattern="cl100k_base")
-    from radixgen.runtime.tokenizer.patterns import CL100K
+    from radixgen.tokenizer.patterns import CL100K
 
     literal = Tokenizer.from_file(path, pattern=CL100K)
     gpt2 = Tokenizer.from_file(path, pattern="r50k_base")
@@ -270,7 +271,7 @@ def test_cache_is_bounded(gpt2, monkeypatch):
 
 
 def test_encode_batch_in_worker_processes_equals_encode(fixtures_dir, monkeypatch):
-    from radixgen.runtime.tokenizer import pool
+    from radixgen.tokenizer import pool
 
     tok = Tokenizer.from_file(fixtures_dir / "tokenizers" / "r50k_base.tiktoken", pattern="gpt2")
     texts = [f"document {i}: " + "some text 😀 " * (i % 7) for i in range(200)]

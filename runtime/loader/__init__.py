@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
 from radixgen.runtime.config import ModelConfig
 from radixgen.runtime.errors import ModelLoadError, ModelNotFoundError
 from radixgen.runtime.loader.dummy import init_dummy_weights
-from radixgen.runtime.loader.gguf_file import load_gguf_weights, read_gguf_config
-from radixgen.runtime.gguf_reader import read_gguf
+from radixgen.runtime.loader.gguf_file import load_gguf_weights, open_gguf, read_gguf_config
 from radixgen.runtime.loader.hf import load_safetensors_weights, read_hf_config, safetensors_files
 from radixgen.runtime.loader.weight_sink import WeightSink
 from radixgen.runtime.models.llama import LlamaForCausalLM
@@ -52,7 +52,7 @@ def read_model_config(path: str | Path, load_format: str = "auto") -> ModelConfi
     """The ModelConfig of a model folder or GGUF file, without loading weights."""
     fmt, target = resolve_format(Path(path), load_format)
     if fmt == "gguf":
-        return read_gguf_config(read_gguf(target), target)
+        return read_gguf_config(open_gguf(target), target)
     return read_hf_config(target)
 
 
@@ -72,7 +72,7 @@ def load_model(path: str | Path | None, load_format: str = "auto", device: torch
     else:
         # A dummy model over a path takes the config of whatever the path holds.
         fmt, target = resolve_format(Path(path), load_format)
-        gguf_file = read_gguf(target) if fmt == "gguf" else None
+        gguf_file = open_gguf(target) if fmt == "gguf" else None
         config = read_gguf_config(gguf_file, target) if gguf_file is not None else read_hf_config(target)
         if load_format == "dummy":
             fmt = "dummy"

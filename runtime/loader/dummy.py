@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+
 from radixgen.runtime.models.llama import LlamaForCausalLM
 
 

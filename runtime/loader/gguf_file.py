@@ -13,11 +13,12 @@ from pathlib import Path
 
 import torch
 from gguf import GGMLQuantizationType
+
 from radixgen.runtime.config import ModelConfig
 from radixgen.runtime.errors import CorruptModelFileError, UnsupportedQuantizationError
 from radixgen.runtime.loader.dequant import dequantize_to_torch
-from radixgen.runtime.gguf_reader import GGUFFile, GGUFTensor
 from radixgen.runtime.loader.weight_sink import WeightSink
+from radixgen.tokenizer.loaders.gguf_reader import GGUFFile, GGUFFormatError, GGUFTensor, GGUFTypeError, read_gguf
 
 Q = GGMLQuantizationType
 SUPPORTED_TYPES: frozenset[GGMLQuantizationType] = frozenset(
@@ -54,6 +55,16 @@ def hf_name(gguf_name: str) -> str | None:
     if m and m.group(2) in _LAYER_NAMES:
         return f"model.layers.{m.group(1)}.{_LAYER_NAMES[m.group(2)]}.{m.group(3)}"
     return None
+
+
+def open_gguf(path: Path) -> GGUFFile:
+    """`read_gguf(path)` with its format errors as the loader's ModelLoadError subclasses."""
+    try:
+        return read_gguf(path)
+    except GGUFTypeError as e:
+        raise UnsupportedQuantizationError(str(e)) from None
+    except GGUFFormatError as e:
+        raise CorruptModelFileError(str(e)) from None
 
 
 def read_gguf_config(gguf_file: GGUFFile, path: Path) -> ModelConfig:

@@ -7,10 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError, safe_open
+
 from radixgen.runtime.config import ModelConfig
 from radixgen.runtime.errors import CorruptModelFileError, ModelNotFoundError
 from radixgen.runtime.loader.weight_sink import WeightSink
-from safetensors import SafetensorError, safe_open
 
 INDEX_FILE = "model.safetensors.index.json"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 import torch
+
 from radixgen.runtime.errors import CorruptModelFileError
 from radixgen.runtime.models.llama import LlamaForCausalLM
 

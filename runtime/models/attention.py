@@ -10,9 +10,9 @@ and re-read its whole context once per query head.
 from __future__ import annotations
 
 import torch
-from radixgen.runtime.forward_batch import ForwardBatch, ForwardMode
 
 from radixgen import kernels
+from radixgen.runtime.forward_batch import ForwardBatch, ForwardMode
 
 
 def batch_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, batch: ForwardBatch,

@@ -15,12 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from radixgen.runtime.config import ModelConfig
-from radixgen.runtime.forward_batch import ForwardBatch
-from radixgen.runtime.models.attention import batch_attention
 from torch import nn
 
 from radixgen import kernels
+from radixgen.runtime.config import ModelConfig
+from radixgen.runtime.forward_batch import ForwardBatch
+from radixgen.runtime.models.attention import batch_attention
 
 
 def _param(*shape: int, device: torch.device, dtype: torch.dtype) -> nn.Parameter:

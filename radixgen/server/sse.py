@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
-from radixgen.runtime.server.errors import ApiError, dumps
+
+from radixgen.server.errors import ApiError, dumps
 
 DONE = b"data: [DONE]\n\n"
 

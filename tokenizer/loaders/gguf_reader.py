@@ -15,13 +15,22 @@ from __future__ import annotations
 
 import mmap
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
-from radixgen.runtime.errors import CorruptModelFileError, UnsupportedQuantizationError
+
+
+class GGUFFormatError(ValueError):
+    """The file is not a well-formed GGUF: empty, bad magic, truncated, or of an unknown layout."""
+
+
+class GGUFTypeError(GGUFFormatError):
+    """A tensor uses a ggml type id this reader does not know."""
+
 
 # GGUF value type id -> struct format of a scalar (8 = string, 9 = array are handled apart).
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
@@ -54,14 +63,14 @@ class _Cursor:
         try:
             (value,) = struct.unpack_from(fmt, self.buf, self.pos)
         except struct.error:
-            raise CorruptModelFileError(f"{self.path}: truncated GGUF header (at byte {self.pos})") from None
+            raise GGUFFormatError(f"{self.path}: truncated GGUF header (at byte {self.pos})") from None
         self.pos += struct.calcsize(fmt)
         return value
 
     def string(self) -> str:
         n = self.unpack("<Q")
         if self.pos + n > len(self.buf):
-            raise CorruptModelFileError(f"{self.path}: truncated GGUF header (string at byte {self.pos})")
+            raise GGUFFormatError(f"{self.path}: truncated GGUF header (string at byte {self.pos})")
         raw = self.buf[self.pos : self.pos + n]
         self.pos += n
         return raw.decode("utf-8", errors="replace")
@@ -71,7 +80,7 @@ class _Cursor:
             return self.string()
         fmt = _SCALARS.get(vtype)
         if fmt is None:
-            raise CorruptModelFileError(f"{self.path}: unknown GGUF value type {vtype} at byte {self.pos}")
+            raise GGUFFormatError(f"{self.path}: unknown GGUF value type {vtype} at byte {self.pos}")
         return self.unpack(fmt)
 
     def array(self, item_type: int, count: int) -> list:
@@ -79,10 +88,10 @@ class _Cursor:
             return [self.string() for _ in range(count)]
         fmt = _SCALARS.get(item_type)
         if fmt is None:
-            raise CorruptModelFileError(f"{self.path}: GGUF array of unsupported item type {item_type}")
+            raise GGUFFormatError(f"{self.path}: GGUF array of unsupported item type {item_type}")
         dt = np.dtype(fmt)
         if self.pos + count * dt.itemsize > len(self.buf):
-            raise CorruptModelFileError(f"{self.path}: truncated GGUF header (array at byte {self.pos})")
+            raise GGUFFormatError(f"{self.path}: truncated GGUF header (array at byte {self.pos})")
         arr = np.frombuffer(self.buf, dtype=dt, count=count, offset=self.pos)
         self.pos += count * dt.itemsize
         return arr.tolist()
@@ -94,11 +103,11 @@ class _Cursor:
         elif item_type in _SCALARS:
             self.pos += count * struct.calcsize(_SCALARS[item_type])
         else:
-            raise CorruptModelFileError(f"{self.path}: GGUF array of unsupported item type {item_type}")
+            raise GGUFFormatError(f"{self.path}: GGUF array of unsupported item type {item_type}")
 
 
 def read_gguf(path: Path, decode_arrays: Callable[[str], bool] | None = None) -> GGUFFile:
-    """Parse `path`; raise CorruptModelFileError (naming the file and the problem) on anything malformed.
+    """Parse `path`; raise GGUFFormatError (naming the file and the problem) on anything malformed.
 
     Arrays longer than MAX_ARRAY_ITEMS are decoded only for keys where `decode_arrays(key)` is true.
     """
@@ -107,14 +116,14 @@ def read_gguf(path: Path, decode_arrays: Callable[[str], bool] | None = None) ->
         with open(path, "rb") as f:
             buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     except ValueError:  # an empty file cannot be mapped
-        raise CorruptModelFileError(f"{path}: empty file, not a GGUF model") from None
+        raise GGUFFormatError(f"{path}: empty file, not a GGUF model") from None
     cur = _Cursor(buf, path)
     if buf[:4] != b"GGUF":
-        raise CorruptModelFileError(f"{path}: not a GGUF file (bad magic {bytes(buf[:4])!r})")
+        raise GGUFFormatError(f"{path}: not a GGUF file (bad magic {bytes(buf[:4])!r})")
     cur.pos = 4
     version = cur.unpack("<I")
     if version not in (2, 3):
-        raise CorruptModelFileError(f"{path}: GGUF version {version} is not supported (2 and 3 are)")
+        raise GGUFFormatError(f"{path}: GGUF version {version} is not supported (2 and 3 are)")
     n_tensors, n_kv = cur.unpack("<Q"), cur.unpack("<Q")
 
     metadata: dict[str, Any] = {}
@@ -144,17 +153,17 @@ def read_gguf(path: Path, decode_arrays: Callable[[str], bool] | None = None) ->
         try:
             qtype = GGMLQuantizationType(type_id)
         except ValueError:
-            raise UnsupportedQuantizationError(f"{path}: tensor {name} uses unknown ggml type {type_id}") from None
+            raise GGUFTypeError(f"{path}: tensor {name} uses unknown ggml type {type_id}") from None
         block, type_size = GGML_QUANT_SIZES[qtype]
         shape = tuple(reversed(dims)) or (1,)
         if shape[-1] % block:
-            raise CorruptModelFileError(f"{path}: tensor {name} row length {shape[-1]} is not a multiple of the "
+            raise GGUFFormatError(f"{path}: tensor {name} row length {shape[-1]} is not a multiple of the "
                                         f"{qtype.name} block size {block}")
         row_bytes = shape[-1] // block * type_size
         n_bytes = int(np.prod(shape[:-1], dtype=np.int64)) * row_bytes
         start = data_start + offset
         if start + n_bytes > len(buf):
-            raise CorruptModelFileError(
+            raise GGUFFormatError(
                 f"{path}: truncated: tensor {name} ends at byte {start + n_bytes}, the file has {len(buf)} bytes"
             )
         data = np.frombuffer(buf, dtype=np.uint8, count=n_bytes, offset=start).reshape(*shape[:-1], row_bytes)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from radixgen.runtime.gguf_reader import read_gguf
+from radixgen.tokenizer.loaders.gguf_reader import read_gguf
 
 from ..added_tokens import AddedToken
 from ..bpe import BPEModel

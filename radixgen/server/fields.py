@@ -10,7 +10,8 @@ import math
 from typing import Any
 
 import orjson
-from radixgen.runtime.server.errors import bad_request
+
+from radixgen.server.errors import bad_request
 
 _MISSING = object()
 

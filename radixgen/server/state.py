@@ -9,9 +9,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
-from radixgen.runtime.server.errors import bad_request
-from radixgen.runtime.server.generation import GenerationRegistry
-from radixgen.runtime.server.metrics import ServerMetrics
+
+from radixgen.server.errors import bad_request
+from radixgen.server.generation import GenerationRegistry
+from radixgen.server.metrics import ServerMetrics
 
 DEFAULT_PORT = 30000
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
@@ -35,7 +36,7 @@ class ServerState:
     settings: ServerSettings
     metrics: ServerMetrics = field(default_factory=ServerMetrics)
     generations: GenerationRegistry = field(default_factory=GenerationRegistry)
-    programs: Any = None  # radixgen.runtime.server.programs.ProgramRegistry | None
+    programs: Any = None  # radixgen.server.programs.ProgramRegistry | None
     ready: bool = False
     started_at: float = field(default_factory=time.time)
     pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(4, thread_name_prefix="rg-server"))

@@ -14,12 +14,13 @@ import time
 from typing import Any
 
 from aiohttp import web
-from radixgen.runtime.server import sse
-from radixgen.runtime.server.errors import ApiError, bad_request, json_response
-from radixgen.runtime.server.fields import Fields, parse_json_object
-from radixgen.runtime.server.native import check_sampling_params
-from radixgen.runtime.server.programs import Program, ProgramRegistry, run_options, state_result
-from radixgen.runtime.server.state import STATE
+
+from radixgen.server import sse
+from radixgen.server.errors import ApiError, bad_request, json_response
+from radixgen.server.fields import Fields, parse_json_object
+from radixgen.server.native import check_sampling_params
+from radixgen.server.programs import Program, ProgramRegistry, run_options, state_result
+from radixgen.server.state import STATE
 
 log = logging.getLogger("radixgen.server")
 

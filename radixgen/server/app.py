@@ -10,10 +10,11 @@ import asyncio
 import logging
 
 from aiohttp import web
-from radixgen.runtime.server import native, openai_api, programs_api
-from radixgen.runtime.server.metrics import CONTENT_TYPE
-from radixgen.runtime.server.middleware import auth, errors_and_counts
-from radixgen.runtime.server.state import STATE, ServerSettings, ServerState
+
+from radixgen.server import native, openai_api, programs_api
+from radixgen.server.metrics import CONTENT_TYPE
+from radixgen.server.middleware import auth, errors_and_counts
+from radixgen.server.state import STATE, ServerSettings, ServerState
 
 log = logging.getLogger("radixgen.server")
 _WARMUP: web.AppKey[asyncio.Task] = web.AppKey("radixgen_warmup", asyncio.Task)

@@ -19,8 +19,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from radixgen.runtime.server.errors import bad_request, from_engine_error, internal_error
-from radixgen.runtime.server.metrics import ServerMetrics
+from radixgen.server.errors import bad_request, from_engine_error, internal_error
+from radixgen.server.metrics import ServerMetrics
 
 log = logging.getLogger("radixgen.server")
 

@@ -15,11 +15,13 @@ import time
 from typing import Any
 
 from aiohttp import web
+
+import radixgen
 from radixgen.runtime.sampling_params import SamplingParams, SamplingParamsError
-from radixgen.runtime.server import sse
-from radixgen.runtime.server.errors import ApiError, bad_request, from_engine_error, json_response
-from radixgen.runtime.server.fields import Fields, is_int, parse_json_object, token_id_list
-from radixgen.runtime.server.generation import (
+from radixgen.server import sse
+from radixgen.server.errors import ApiError, bad_request, from_engine_error, json_response
+from radixgen.server.fields import Fields, is_int, parse_json_object, token_id_list
+from radixgen.server.generation import (
     Generation,
     LogprobOptions,
     SubRequest,
@@ -27,9 +29,7 @@ from radixgen.runtime.server.generation import (
     expand_samples,
     failure_message,
 )
-from radixgen.runtime.server.state import STATE, ServerState
-
-import radixgen
+from radixgen.server.state import STATE, ServerState
 
 GENERATE_FIELDS = frozenset({"text", "input_ids", "sampling_params", "return_logprob", "top_logprobs_num",
                              "logprob_start_len", "stream", "rid"})

@@ -1,4 +1,4 @@
-"""radixgen.runtime.server: the HTTP server (aiohttp) over one in-process engine.
+"""radixgen.server: the HTTP server (aiohttp) over one in-process engine.
 
 Layout: app.py builds the application (routes, middlewares, warm-up); native.py is SGLang's native API;
 openai_protocol.py / openai_api.py the OpenAI-compatible API; programs.py / programs_api.py registered
@@ -7,7 +7,7 @@ Prometheus registry; fields.py / errors.py request checking and the error shape;
 launch.py the `radixgen serve` command and a background-thread server.
 """
 
-from radixgen.runtime.server.app import create_app
-from radixgen.runtime.server.state import ServerSettings
+from radixgen.server.app import create_app
+from radixgen.server.state import ServerSettings
 
 __all__ = ["ServerSettings", "create_app"]

@@ -1,4 +1,4 @@
-"""radixgen.runtime.tokenizer: our own BPE tokenizer (byte-level and SentencePiece-style), byte-identical to
+"""radixgen.tokenizer: our own BPE tokenizer (byte-level and SentencePiece-style), byte-identical to
 Hugging Face's, with streaming detokenization and chat templates.
 
     tok = Tokenizer.from_file("tokenizer.json" | "model.gguf" | "r50k_base.tiktoken", pattern=...)

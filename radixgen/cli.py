@@ -30,9 +30,10 @@ _USER_ERRORS = (RadixgenError, ValueError, FileNotFoundError)
 
 # name -> "module:attribute" of a Command. One line per subcommand.
 COMMAND_TABLE: dict[str, str] = {
-    "generate": "radixgen.runtime.cli:GENERATE",
-    "download": "radixgen.runtime.cli:DOWNLOAD",
-    "serve": "radixgen.runtime.server.launch:SERVE",
+    "generate": "radixgen.cli:GENERATE",
+    "download": "radixgen.cli:DOWNLOAD",
+    "serve": "radixgen.server.launch:SERVE",
+    "run": "radixgen.program_command:RUN",
 }
 
 
@@ -101,7 +102,7 @@ def _load_command(spec: str) -> Command:
 
 
 def build_parser(table: dict[str, str] | None = None) -> argparse.ArgumentParser:
-    """The parser of every subcommand in `table` (default COMMAND_TABLE; the front door adds the language's)."""
+    """The parser of every subcommand in `table` (default COMMAND_TABLE)."""
     parser = argparse.ArgumentParser(prog="radixgen", description="radixgen: structured LLM programs, fast.")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--debug", action="store_true", help="show tracebacks")

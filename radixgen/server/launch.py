@@ -17,9 +17,10 @@ import threading
 from typing import Any
 
 from aiohttp import web
+
 from radixgen.runtime.engine_config import EngineConfig
-from radixgen.runtime.server.app import create_app
-from radixgen.runtime.server.state import DEFAULT_MAX_BODY_BYTES, DEFAULT_PORT, STATE, ServerSettings
+from radixgen.server.app import create_app
+from radixgen.server.state import DEFAULT_MAX_BODY_BYTES, DEFAULT_PORT, STATE, ServerSettings
 
 log = logging.getLogger("radixgen.server")
 
@@ -72,7 +73,7 @@ def settings_from(args: argparse.Namespace) -> ServerSettings:
 
 def run(args: argparse.Namespace) -> int:
     from radixgen.runtime.engine import Engine
-    from radixgen.runtime.server.programs import ProgramRegistry
+    from radixgen.server.programs import ProgramRegistry
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     programs = ProgramRegistry.from_files(args.programs) if args.programs else None  # fail before the model loads
@@ -150,7 +151,7 @@ class BackgroundServer:
 
 
 def _command():
-    from radixgen.runtime.cli import Command
+    from radixgen.cli import Command
 
     return Command("serve", "serve the native and OpenAI-compatible HTTP APIs (and registered programs)",
                    add_arguments, run)

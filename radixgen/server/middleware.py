@@ -6,8 +6,9 @@ import hmac
 import logging
 
 from aiohttp import web
-from radixgen.runtime.server.errors import ApiError, internal_error
-from radixgen.runtime.server.state import STATE
+
+from radixgen.server.errors import ApiError, internal_error
+from radixgen.server.state import STATE
 
 log = logging.getLogger("radixgen.server")
 

@@ -14,7 +14,7 @@ import runpy
 import sys
 from pathlib import Path
 
-from radixgen.runtime.cli import Command
+from radixgen.cli import Command
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:

@@ -13,10 +13,10 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from radixgen.runtime.server.errors import bad_request
-from radixgen.runtime.server.fields import Fields, is_int, is_number, token_id_list
-from radixgen.runtime.server.generation import LogprobOptions, SubRequest, check_fanout, expand_samples
-from radixgen.runtime.server.state import ServerState
+from radixgen.server.errors import bad_request
+from radixgen.server.fields import Fields, is_int, is_number, token_id_list
+from radixgen.server.generation import LogprobOptions, SubRequest, check_fanout, expand_samples
+from radixgen.server.state import ServerState
 
 MAX_N = 64
 MAX_STOP = 16
@@ -243,7 +243,7 @@ def render_chat(state: ServerState, messages: list[dict[str, str]]) -> list[int]
     tok = state.engine.tokenizer
     try:
         text = tok.apply_chat_template(messages, add_generation_prompt=True)
-    except Exception as exc:  # noqa: BLE001 - a template's raise_exception (roles must alternate) is bad input
+    except Exception as exc:
         raise bad_request("messages", f"the chat template refused them: {exc}") from None
     return tok.encode(text, add_special_tokens=False)
 

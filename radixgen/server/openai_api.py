@@ -10,12 +10,13 @@ import time
 from typing import Any
 
 from aiohttp import web
-from radixgen.runtime.server import sse
-from radixgen.runtime.server.errors import ApiError, json_response
-from radixgen.runtime.server.fields import parse_json_object
-from radixgen.runtime.server.generation import Generation, Output, failure_message
-from radixgen.runtime.server.openai_protocol import OpenAIRequest, parse_chat, parse_completion
-from radixgen.runtime.server.state import STATE, ServerState
+
+from radixgen.server import sse
+from radixgen.server.errors import ApiError, json_response
+from radixgen.server.fields import parse_json_object
+from radixgen.server.generation import Generation, Output, failure_message
+from radixgen.server.openai_protocol import OpenAIRequest, parse_chat, parse_completion
+from radixgen.server.state import STATE, ServerState
 
 FINISH_REASONS = {"stop": "stop", "length": "length", "abort": "abort"}
 

@@ -1,0 +1,1 @@
+"""Attention backends: one per device kind, planned once per forward and called by every layer."""
