@@ -1,16 +1,17 @@
 """Prefix sharing: SGLang-paper-shaped workloads with the radix cache on and off, on the same engine build.
 
 Workloads: a shared few-shot prefix with many questions, 4-turn chats (with 40-word questions, and with a long
-system prompt and short questions), a tree-of-thought fan-out, and no sharing at all (the overhead check). For each: tokens prefilled (through the model), cache hit rate against the
-best achievable hit rate (computed offline from the prompts: every token of a prompt that is a prefix of an
-earlier-submitted sequence), wall time with the cache on vs off, and the engine's forward time split into steps
-with prefill chunks and decode-only steps (the decode steps cost the same with the cache on or off). Each
-round runs a fresh cache-on engine and a fresh cache-off one, one at a time, the cache-on one first in even
-rounds and second in odd ones; each side keeps its fastest round, and "rounds" gives the range of the
-per-round speedups and their median (steadier than the ratio of the two fastest rounds when the box drifts).
+system prompt and short questions), a tree-of-thought fan-out, and no sharing at all (the overhead check). For each:
+tokens prefilled (through the model), cache hit rate against the best achievable hit rate (computed offline from the
+prompts: every token of a prompt that is a prefix of an earlier-submitted sequence), wall time with the cache on vs
+off, and the engine's forward time split into steps with prefill chunks and decode-only steps (the decode steps cost
+the same with the cache on or off). Each round runs a fresh cache-on engine and a fresh cache-off one, one at a
+time, the cache-on one first in even rounds and second in odd ones; each side keeps its fastest round, and "rounds"
+gives the range of the per-round speedups and their median (steadier than the ratio of the two fastest rounds when
+the box drifts).
 
-    python benchmarks/prefix_sharing.py [--model PATH] [--scale 1.0] [--max-new-tokens 8] [--repeats 4] [--dtype auto]
-    python benchmarks/prefix_sharing.py --only "no sharing" --repeats 6 --order on-first   # the order effect
+python benchmarks/prefix_sharing.py [--model PATH] [--scale 1.0] [--max-new-tokens 8] [--repeats 4] [--dtype auto]
+python benchmarks/prefix_sharing.py --only "no sharing" --repeats 6 --order on-first # the order effect
 """
 
 from __future__ import annotations
@@ -23,7 +24,11 @@ import numpy as np
 
 from radixgen.runtime.engine import Engine
 
-WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "river", "mountain", "city", "forest", "ocean", "model", "token", "prefix", "cache", "tree", "question", "answer", "because", "therefore", "system", "user", "assistant", "fast", "slow", "bright", "dark"]
+WORDS = [
+    "alpha", "beta", "gamma", "delta", "epsilon", "river", "mountain", "city", "forest", "ocean", "model",
+    "token", "prefix", "cache", "tree", "question", "answer", "because", "therefore", "system", "user",
+    "assistant", "fast", "slow", "bright", "dark",
+]
 
 
 def sentence(rng: random.Random, n: int) -> str:
@@ -164,7 +169,8 @@ def main() -> None:
         pre = f"{on['prefill_s']:.2f}/{off['prefill_s']:.2f}"
         dec = f"{on['decode_s']:.2f}/{off['decode_s']:.2f}"
         print(f"{name:<16} {pt:>10} {fon:>10} {foff:>11} {hr:>8.1%} {opt:>8.1%} {frac:>7.1%} {sp:>6.2f}x "
-              f"{on['wall']:>7.2f} {off['wall']:>7.2f} {pre:>16} {off['prefill_s'] / max(on['prefill_s'], 1e-9):>8.2f}x "
+              f"{on['wall']:>7.2f} {off['wall']:>7.2f} {pre:>16} "
+              f"{off['prefill_s'] / max(on['prefill_s'], 1e-9):>8.2f}x "
               f"{foff / max(fon, 1):>7.2f}x {dec:>15} {min(pairs):>5.2f}-{max(pairs):.2f}x {np.median(pairs):>6.2f}x")
 
 

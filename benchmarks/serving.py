@@ -27,7 +27,11 @@ from pathlib import Path
 import aiohttp
 import numpy as np
 
-WORDS = ["alpha", "beta", "gamma", "delta", "river", "mountain", "city", "forest", "ocean", "model", "token", "prefix", "cache", "tree", "question", "answer", "because", "therefore", "system", "user", "assistant", "fast", "slow", "bright", "dark", "light", "stone", "water", "fire", "cloud"]
+WORDS = [
+    "alpha", "beta", "gamma", "delta", "river", "mountain", "city", "forest", "ocean", "model", "token",
+    "prefix", "cache", "tree", "question", "answer", "because", "therefore", "system", "user", "assistant",
+    "fast", "slow", "bright", "dark", "light", "stone", "water", "fire", "cloud",
+]
 
 
 @dataclass
@@ -87,7 +91,8 @@ async def one_request(session: aiohttp.ClientSession, url: str, prompt: str, out
     return result
 
 
-async def run_workload(url: str, prompts: list[str], rate: float, output_len: int, seed: int) -> tuple[list[Result], float]:
+async def run_workload(url: str, prompts: list[str], rate: float, output_len: int,
+                       seed: int) -> tuple[list[Result], float]:
     """Fire the prompts at Poisson arrival times; returns the results and the wall time."""
     rng = np.random.default_rng(seed)
     gaps = rng.exponential(1.0 / rate, size=len(prompts))
@@ -230,7 +235,8 @@ def main(argv: list[str] | None = None) -> None:
     has_plot = plot(rows, out / "serving.png")
     print(settings)
     print(text)
-    print(f"\nwrote {out / 'serving.md'}" + (f" and {out / 'serving.png'}" if has_plot else " (no matplotlib: no plot)"))
+    picture = f" and {out / 'serving.png'}" if has_plot else " (no matplotlib: no plot)"
+    print(f"\nwrote {out / 'serving.md'}" + picture)
 
 
 if __name__ == "__main__":

@@ -80,14 +80,15 @@ def test_missing_tensor_and_wrong_shape(llama_folder, tmp_path):
         load_model(folder)
     tensors["model.layers.1.mlp.up_proj.weight"] = torch.zeros(3, 3)
     save_file(tensors, str(folder / "model.safetensors"))
-    with pytest.raises(CorruptModelFileError, match=r"up_proj\.weight has shape \(3, 3\), the config implies \(128, 64\)"):
+    with pytest.raises(CorruptModelFileError,
+                       match=r"up_proj\.weight has shape \(3, 3\), the config implies \(128, 64\)"):
         load_model(folder)
 
 
 def test_bad_json_and_missing_field(llama_folder, tmp_path):
     folder = _copy(llama_folder, tmp_path / "m")
     (folder / "config.json").write_text("{not json")
-    with pytest.raises(CorruptModelFileError, match="config.json: not valid JSON"):
+    with pytest.raises(CorruptModelFileError, match=r"config\.json: not valid JSON"):
         load_model(folder)
     cfg = dict(TINY_CONFIGS["llama"])
     del cfg["hidden_size"]

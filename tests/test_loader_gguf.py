@@ -160,7 +160,10 @@ def test_k_quants_dequantize_like_gguf(tmp_path, qtype):
             data[:, at + 2 : at + 4] = scale
     w = gguf.GGUFWriter(str(tmp_path / "k.gguf"), "llama")
     w.add_tensor("t", data, raw_dtype=qtype)
-    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
     tensor = read_gguf(tmp_path / "k.gguf").tensors[0]
     got = dequantize_tensor(tensor, tmp_path / "k.gguf")
     assert got.shape == (rows, cols) and torch.isfinite(got).all()
@@ -206,8 +209,11 @@ def test_truncated_gguf_is_reported_with_its_path(hf_folders, tmp_path):
 def test_unsupported_gguf_architecture(tmp_path):
     w = gguf.GGUFWriter(str(tmp_path / "g.gguf"), "gemma2")
     w.add_block_count(1)
-    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
-    with pytest.raises(UnsupportedArchitectureError, match="'gemma2'.*supported: llama, qwen2, qwen3"):
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(UnsupportedArchitectureError, match=r"'gemma2'.*supported: llama, qwen2, qwen3"):
         load_model(tmp_path / "g.gguf")
 
 

@@ -22,7 +22,8 @@ def test_every_package_folder_is_listed():
     roots = {name: ROOT / path for name, path in pkg_dir.items()}
     found = set()
     for name, folder in roots.items():
-        if "." in name and name.rsplit(".", 1)[0] in roots and (ROOT / pkg_dir[name.rsplit(".", 1)[0]]) in folder.parents:
+        parent = name.rsplit(".", 1)[0]
+        if "." in name and parent in roots and (ROOT / pkg_dir[parent]) in folder.parents:
             continue
         for init in folder.rglob("__init__.py"):
             rel = init.parent.relative_to(folder)

@@ -83,8 +83,10 @@ def load_model(path: str | Path | None, load_format: str = "auto", device: torch
     if fmt == "dummy":
         init_dummy_weights(model, seed=seed)
     else:
+        assert target is not None  # only a dummy model goes without a path
         sink = WeightSink(model, str(target))
         if fmt == "gguf":
+            assert gguf_file is not None
             load_gguf_weights(sink, gguf_file, config, target, device)
         else:
             load_safetensors_weights(sink, safetensors_files(target), device)

@@ -1,9 +1,10 @@
 """GGUF files (llama.cpp's format): metadata -> ModelConfig, tensors dequantized one at a time to the target dtype.
 
-gguf_reader.py parses the file (memory-mapped); the `gguf` package dequantizes the block formats. Two
-llama.cpp conventions are undone here: tensor names (`blk.N.attn_q.weight` -> `model.layers.N.self_attn.q_proj.weight`),
-and for the `llama` architecture the row permutation of the Q and K projections (llama.cpp interleaves the two rotary halves
-of each head; the HF layout our rope uses keeps them as two contiguous halves).
+radixgen.tokenizer.loaders.gguf_reader parses the file (memory-mapped); the `gguf` package dequantizes the block
+formats. Two llama.cpp conventions are undone here: tensor names (`blk.N.attn_q.weight` ->
+`model.layers.N.self_attn.q_proj.weight`), and for the `llama` architecture the row permutation of the Q and K
+projections (llama.cpp interleaves the two rotary halves of each head; the HF layout our rope uses keeps them as two
+contiguous halves).
 """
 
 from __future__ import annotations
