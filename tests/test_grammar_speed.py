@@ -1,8 +1,9 @@
 """Grammar compile and mask timings, the method of ../shared/grammar-bench/README.md (one thread, CPU time).
 
-As a script, on the JSONSchemaBench sample (path as argument, never copied into the project):
+As a script, on the JSONSchemaBench sample (read in place from the shared folder beside the repository, or from
+the path given; never copied into the project):
 
-    python tests/test_grammar_speed.py /work/shared/grammar-bench/jsonschemabench-sample.jsonl.gz [N] [--qwen]
+    python tests/test_grammar_speed.py [PATH] [N] [--qwen]
 
 For each schema: compile, then walk each valid instance token by token (mask before every token, the token
 must be allowed, advance), EOS must be allowed at the end; mask times exclude the first mask of an instance.
@@ -17,6 +18,7 @@ import json
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -30,6 +32,8 @@ from radixgen.grammars import (
     compile_grammar,
     load_builtin_grammar,
 )
+
+SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "grammar-bench" / "jsonschemabench-sample.jsonl.gz"
 
 
 @dataclass
@@ -60,7 +64,7 @@ def walk_instance(grammar: Grammar, vocab: Vocabulary, encode: Encode, text: str
     return is_allowed(row, vocab.eos_token_ids[0])
 
 
-def bench_schemas(path: str, vocab_name: str, limit: int) -> tuple[Timings, int, int, list[str]]:
+def bench_schemas(path: Path, vocab_name: str, limit: int) -> tuple[Timings, int, int, list[str]]:
     from radixgen.grammars import compile_json_schema
 
     vocab, encode = VOCABS[vocab_name]()
@@ -109,9 +113,21 @@ def test_builtin_json_grammar_speed() -> None:
     assert timings.accepted == timings.instances
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(not SAMPLE.exists(), reason=f"{SAMPLE} not found (the JSONSchemaBench sample)")
+def test_sample_schemas_speed() -> None:
+    """The first schemas of the sample all compile; their timings are reported, never asserted."""
+    result, compiled, total, refused = bench_schemas(SAMPLE, "gpt2", 10)
+    print(f"gpt2: compiled {compiled}/{total}; {result.summary()}")
+    assert compiled == total, refused
+
+
 if __name__ == "__main__":
-    data = sys.argv[1]
-    n = int(sys.argv[2]) if len(sys.argv) > 2 and sys.argv[2].isdigit() else 30
+    positional = [a for a in sys.argv[1:] if not a.startswith("--")]
+    data = next((Path(a) for a in positional if not a.isdigit()), SAMPLE)
+    n = next((int(a) for a in positional if a.isdigit()), 30)
+    if not data.exists():
+        sys.exit(f"{data} not found: give the path of jsonschemabench-sample.jsonl.gz")
     for name in ["gpt2"] + (["qwen3"] if "--qwen" in sys.argv else []):
         result, ok, of, refused = bench_schemas(data, name, n)
         print(f"{name}: compiled {ok}/{of}; {result.summary()}")
