@@ -21,8 +21,15 @@ from radixgen.runtime.errors import ModelLoadError, ModelNotFoundError
 from radixgen.runtime.loader.dummy import init_dummy_weights
 from radixgen.runtime.loader.gguf_file import load_gguf_weights, open_gguf, read_gguf_config
 from radixgen.runtime.loader.hf import load_safetensors_weights, read_hf_config, safetensors_files
+from radixgen.runtime.loader.weight_cache import (
+    load_cached_weights,
+    save_cached_weights,
+    weight_cache_file,
+    worth_caching,
+)
 from radixgen.runtime.loader.weight_sink import WeightSink
 from radixgen.runtime.models.llama import LlamaForCausalLM
+from radixgen.tokenizer.loaders.gguf_reader import GGUFFile
 
 LOAD_FORMATS = ("auto", "safetensors", "gguf", "dummy")
 
@@ -58,10 +65,13 @@ def read_model_config(path: str | Path, load_format: str = "auto") -> ModelConfi
 
 def load_model(path: str | Path | None, load_format: str = "auto", device: torch.device | str = "cpu",
                dtype: torch.dtype = torch.float32, dummy_config: Mapping[str, Any] | None = None,
-               max_position_embeddings: int | None = None, seed: int = 0) -> tuple[LlamaForCausalLM, ModelConfig]:
+               max_position_embeddings: int | None = None, seed: int = 0,
+               weight_cache_dir: Path | None = None) -> tuple[LlamaForCausalLM, ModelConfig]:
     """Build the model for `path` with its weights on `device` in `dtype`.
 
     `max_position_embeddings` overrides the config's context length (sizes the rotary table).
+    `weight_cache_dir`, when given, keeps a quantized GGUF's decoded weights there for the next load
+    (runtime/loader/weight_cache.py).
     """
     device = torch.device(device)
     if load_format == "dummy" and dummy_config is not None:
@@ -84,12 +94,27 @@ def load_model(path: str | Path | None, load_format: str = "auto", device: torch
         init_dummy_weights(model, seed=seed)
     else:
         assert target is not None  # only a dummy model goes without a path
-        sink = WeightSink(model, str(target))
         if fmt == "gguf":
             assert gguf_file is not None
-            load_gguf_weights(sink, gguf_file, config, target, device)
+            _load_gguf(model, gguf_file, config, target, device, weight_cache_dir)
         else:
+            sink = WeightSink(model, str(target))
             load_safetensors_weights(sink, safetensors_files(target), device)
-        sink.finish()
+            sink.finish()
     model.eval()
     return model, config
+
+
+def _load_gguf(model: LlamaForCausalLM, gguf_file: GGUFFile, config: ModelConfig, path: Path, device: torch.device,
+               weight_cache_dir: Path | None) -> None:
+    """The GGUF's weights into `model`: from the weight cache when it holds them, else decoded (and cached)."""
+    cache = None
+    if weight_cache_dir is not None and worth_caching(gguf_file, model):
+        cache = weight_cache_file(path, next(model.parameters()).dtype, weight_cache_dir)
+        if load_cached_weights(model, cache, device):
+            return
+    sink = WeightSink(model, str(path))
+    load_gguf_weights(sink, gguf_file, config, path, device)
+    sink.finish()
+    if cache is not None:
+        save_cached_weights(model, cache, path)
