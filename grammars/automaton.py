@@ -98,6 +98,16 @@ class DfaAutomaton(_DfaRows):
 MARK = -1  # bottom frame of a relative stack: "some context we do not look at"
 
 
+class EscapeFlags(Protocol):
+    """Per-state flags of an automaton walked with escapes (`token_walk.walk_trie(..., escapes=True)`)."""
+
+    @property
+    def escapes(self) -> np.ndarray: ...  # bool per state: reaching it may leave what the state knows
+
+    @property
+    def nonempty(self) -> np.ndarray: ...  # bool per state: something is still alive there
+
+
 class DfaEscapes(_DfaRows):
     """A DFA walked as the top frame of a parser stack: reaching an accepting state (after at least one byte)
     may pop the frame, so it counts as an escape. Lets walks over a shared terminal be cached per vocabulary
@@ -105,14 +115,15 @@ class DfaEscapes(_DfaRows):
 
     def __init__(self, dfa: ByteDFA) -> None:
         self._dfa = dfa
-        self.table = dfa.trans
-        self.escapes = dfa.accepting
-        self.nonempty = (dfa.trans >= 0).any(axis=1)
+        self.table: np.ndarray = dfa.trans
+        self.escapes: np.ndarray = dfa.accepting
+        # numpy's stubs type `.any(axis=...)` as scalar-or-array; on a 2-D array it is an array
+        self.nonempty: np.ndarray = (dfa.trans >= 0).any(axis=1)  # type: ignore[assignment]
 
 
 def dfa_accepting_list(dfa: ByteDFA) -> list[bool]:
     """`dfa.accepting` as a Python list (for per-byte loops; built once per DFA)."""
-    found = dfa.__dict__.get("_accepting_list")
+    found: list[bool] | None = dfa.__dict__.get("_accepting_list")
     if found is None:
         found = dfa.__dict__["_accepting_list"] = dfa.accepting.tolist()
     return found
@@ -124,7 +135,7 @@ def dfa_accepting_list(dfa: ByteDFA) -> list[bool]:
 
 def dfa_row_tuple(dfa: ByteDFA, state: int) -> tuple[int, ...]:
     """Row `state` of `dfa.trans` as a Python tuple (cached on the DFA)."""
-    cache = dfa.__dict__.setdefault("_row_tuples", {})
+    cache: dict[int, tuple[int, ...]] = dfa.__dict__.setdefault("_row_tuples", {})
     found = cache.get(state)
     if found is None:
         found = cache[state] = tuple(dfa.trans[state].tolist())
@@ -137,7 +148,7 @@ def _live_pairs_of(row: np.ndarray) -> tuple[tuple[int, int], ...]:
 
 
 def _dfa_live_pairs(dfa: ByteDFA, state: int) -> tuple[tuple[int, int], ...]:
-    cache = dfa.__dict__.setdefault("_live_pairs", {})
+    cache: dict[int, tuple[tuple[int, int], ...]] = dfa.__dict__.setdefault("_live_pairs", {})
     found = cache.get(state)
     if found is None:
         found = cache[state] = _live_pairs_of(dfa.trans[state])
@@ -337,9 +348,9 @@ class PdaAutomaton:
         elif stacks:
             trans = self._pda.trans
             tops = np.fromiter((s[-1] for s in stacks), dtype=np.int64, count=len(stacks))
-            targets = trans[tops]  # [k, 256]
-            groups, firsts = group_bytes(targets)
-            results = np.array([self._moved(stacks, targets[:, b].tolist()) for b in firsts.tolist()],
+            top_targets = trans[tops]  # [k, 256]
+            groups, firsts = group_bytes(top_targets)
+            results = np.array([self._moved(stacks, top_targets[:, b].tolist()) for b in firsts.tolist()],
                                dtype=np.int32)
             row = results[groups]
         self._table[state] = row

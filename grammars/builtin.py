@@ -14,7 +14,7 @@ def builtin_grammar_names() -> list[str]:
 
 def load_builtin_grammar(name: str) -> str:
     """The Lark text of a shipped grammar: "json", "sql", "arithmetic", "tool_call"."""
-    path = resources.files("radixgen.grammars").joinpath("lark", f"{name}.lark")
+    path = resources.files("radixgen.grammars") / "lark" / f"{name}.lark"
     if not path.is_file():
         raise GrammarError(f"no built-in grammar {name!r}; available: {', '.join(builtin_grammar_names())}")
     return path.read_text(encoding="utf-8")

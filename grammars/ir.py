@@ -167,8 +167,7 @@ def _remove_direct_left_recursion(name: str, body: Expr) -> Expr:
     return Seq((base_expr, Repeat(tail, 0, None)))
 
 
-
-def _least_fixpoint(rules: dict, holds) -> set[str]:
+def _least_fixpoint(rules: dict[str, Expr], holds: Callable[[Expr, set[str]], bool]) -> set[str]:
     """The rules for which `holds(body, known)` becomes true, iterating until nothing changes (nullable and
     productive rules are both such least fixpoints)."""
     known: set[str] = set()

@@ -172,11 +172,6 @@ def _controls_spelling(controls: list[int]) -> str:
     return "\\\\(?:" + "|".join(alts) + ")"
 
 
-def json_encoded_text(text: str) -> str:
-    """Regex text matching the JSON spelling of a literal string."""
-    return "".join(json_encoded(CharSet.of((ord(c), ord(c)))) for c in text)
-
-
 # Any one character of a JSON string, in any spelling JSON allows, but never half a surrogate pair: `\uD83D`
 # alone would count as one character of a `maxLength` while decoding to part of one. No raw `/`: the text goes
 # inside a `/.../` terminal.

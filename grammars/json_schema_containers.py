@@ -90,9 +90,9 @@ class ObjectBuilder:
                 matcher = re.compile(pat)
             except re.error as exc:
                 raise conv.error(ptr, f"patternProperties has an invalid regex {pat!r}: {exc}") from exc
-            for name, value in props.items():
+            for name, declared in props.items():
                 if matcher.search(name):
-                    props[name] = {"allOf": [value, sub]}
+                    props[name] = {"allOf": [declared, sub]}
         for name in required:
             if name not in props:
                 matching = [sub for pat, sub in pattern_props.items() if re.search(pat, name)]
@@ -123,7 +123,9 @@ class ObjectBuilder:
         self.check_counts(members, extra)
         return self.sequence(members, extra)
 
-    def extra_member(self, props: dict, pattern_props: dict, additional: Schema | None) -> str | None:
+    def extra_member(
+        self, props: dict[str, Schema], pattern_props: dict[str, Schema], additional: Schema | None
+    ) -> str | None:
         """The grammar of one property beyond the declared ones, or None when none is allowed."""
         conv, ptr = self.conv, self.ptr
         if "propertyNames" in self.s and not is_trivial(self.s["propertyNames"]):

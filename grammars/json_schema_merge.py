@@ -161,7 +161,7 @@ _MERGED = frozenset({
 })
 
 
-def _merge_types(a: dict, b: dict, out: dict) -> None:
+def _merge_types(a: dict[str, Any], b: dict[str, Any], out: dict[str, Any]) -> None:
     if "type" not in a and "type" not in b:
         return
     ta = set(a.get("type", JSON_TYPES))
@@ -174,7 +174,7 @@ def _merge_types(a: dict, b: dict, out: dict) -> None:
     out["type"] = [t for t in JSON_TYPES if t in both]
 
 
-def _merge_enums(a: dict, b: dict, out: dict) -> None:
+def _merge_enums(a: dict[str, Any], b: dict[str, Any], out: dict[str, Any]) -> None:
     if "enum" in a and "enum" in b:
         keys = {canonical(v) for v in b["enum"]}
         out["enum"] = [v for v in a["enum"] if canonical(v) in keys]
@@ -184,12 +184,13 @@ def _merge_enums(a: dict, b: dict, out: dict) -> None:
         out["enum"] = (a if "enum" in a else b)["enum"]
 
 
-def _schema_for_key(s: dict, name: str) -> Schema | None:
+def _schema_for_key(s: dict[str, Any], name: str) -> Schema | None:
     """What `s` demands of the value under `name` (None: nothing), by properties / additionalProperties."""
-    props = s.get("properties", {})
+    props: dict[str, Schema] = s.get("properties", {})
     if name in props:
         return props[name]
-    return s.get("additionalProperties")  # patternProperties are combined by the converter
+    additional: Schema | None = s.get("additionalProperties")  # patternProperties are combined by the converter
+    return additional
 
 
 def _all_of(parts: list[Schema]) -> Schema:
@@ -201,7 +202,7 @@ def _all_of(parts: list[Schema]) -> Schema:
     return parts[0] if len(parts) == 1 else {"allOf": parts}
 
 
-def _merge_properties(a: dict, b: dict, out: dict) -> None:
+def _merge_properties(a: dict[str, Any], b: dict[str, Any], out: dict[str, Any]) -> None:
     names = list(dict.fromkeys([*a.get("properties", {}), *b.get("properties", {})]))
     if names:
         props = {}
@@ -220,12 +221,13 @@ def _merge_properties(a: dict, b: dict, out: dict) -> None:
         out["patternProperties"] = pattern_props
 
 
-def _merge_arrays(a: dict, b: dict, out: dict) -> None:
+def _merge_arrays(a: dict[str, Any], b: dict[str, Any], out: dict[str, Any]) -> None:
     la, lb = len(a.get("prefixItems", [])), len(b.get("prefixItems", []))
     if la or lb:
-        def item_at(x: dict, i: int) -> Schema:
-            prefix = x.get("prefixItems", [])
-            return prefix[i] if i < len(prefix) else x.get("items", True)
+        def item_at(x: dict[str, Any], i: int) -> Schema:
+            prefix: list[Schema] = x.get("prefixItems", [])
+            item: Schema = prefix[i] if i < len(prefix) else x.get("items", True)
+            return item
 
         out["prefixItems"] = [_all_of([item_at(a, i), item_at(b, i)]) for i in range(max(la, lb))]
     items = [x["items"] for x in (a, b) if "items" in x]

@@ -16,12 +16,14 @@ case-insensitive or multi-line flags raise `UnsupportedPattern`; the caller deci
 
 from __future__ import annotations
 
+from typing import Any
+
 try:
-    import re._constants as sre_c  # type: ignore[import-not-found]
-    import re._parser as sre_parse  # type: ignore[import-not-found]
+    import re._constants as sre_c
+    import re._parser as sre_parse
 except ImportError:  # Python 3.10
-    import sre_constants as sre_c  # type: ignore[no-redef]
-    import sre_parse  # type: ignore[no-redef]
+    import sre_constants as sre_c
+    import sre_parse
 
 from .json_schema_charset import (
     ALL,
@@ -33,6 +35,9 @@ from .json_schema_charset import (
     CharSet,
     json_encoded,
 )
+
+# One parsed regex node, `(opcode, argument)` as `sre_parse` gives it; the argument's shape depends on the opcode.
+_Node = tuple[Any, Any]
 
 MAX_PATTERN_REPEAT = 256  # a counted repetition is one DFA state per count; larger ones are refused
 
@@ -89,7 +94,7 @@ class _Translator:
     def __init__(self, dotall: bool) -> None:
         self.dot = ALL if dotall else ALL.minus(LINE_TERMINATORS)
 
-    def top(self, items: list) -> str:
+    def top(self, items: list[_Node]) -> str:
         """An alternative of the whole pattern: strip its anchors, pad unanchored ends with any text."""
         if len(items) == 1 and items[0][0] == sre_c.BRANCH:
             return "(?:" + "|".join(self.top(list(alt)) for alt in items[0][1][1]) + ")"
@@ -110,10 +115,10 @@ class _Translator:
         body = self.seq(core)
         return ("" if begins else _ANY_STRING) + body + ("" if ends else _ANY_STRING)
 
-    def seq(self, items: list) -> str:
+    def seq(self, items: list[_Node]) -> str:
         return "".join(self.node(op, av) for op, av in items)
 
-    def node(self, op, av) -> str:
+    def node(self, op: Any, av: Any) -> str:
         if op == sre_c.LITERAL:
             return json_encoded(CharSet.of((av, av)))
         if op == sre_c.NOT_LITERAL:
@@ -144,10 +149,10 @@ class _Translator:
             raise UnsupportedPattern("backreference")
         raise UnsupportedPattern(f"regex construct {op}")
 
-    def group(self, items: list) -> str:
+    def group(self, items: list[_Node]) -> str:
         return "(?:" + self.seq(items) + ")"
 
-    def class_set(self, items: list) -> CharSet:
+    def class_set(self, items: list[_Node]) -> CharSet:
         cs = CharSet(())
         negate = False
         for op, av in items:
@@ -169,13 +174,13 @@ class _Translator:
         return json_encoded(cs)
 
 
-def _is_dot_star(item) -> bool:
+def _is_dot_star(item: _Node) -> bool:
     op, av = item
     return (op in (sre_c.MAX_REPEAT, sre_c.MIN_REPEAT) and av[0] == 0 and av[1] >= sre_c.MAXREPEAT
             and list(av[2]) == [(sre_c.ANY, None)])
 
 
-def _has_anchor(items: list) -> bool:
+def _has_anchor(items: list[_Node]) -> bool:
     for op, av in items:
         if op == sre_c.AT:
             return True

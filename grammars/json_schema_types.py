@@ -3,6 +3,7 @@ disjointness test for `oneOf`. Pure functions over dicts."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from .json_schema_merge import (
@@ -64,11 +65,7 @@ def type_matches(value: Any, types: set[str]) -> bool:
 
 def disjoint(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """Whether two normalised schemas provably share no instance (a cheap, incomplete test)."""
-    # the types the grammar generates for each (declared, else inferred from the keywords)
-    ta = declared_types(a) if "type" in a or "enum" in a else inferred_types(a)
-    tb = declared_types(b) if "type" in b or "enum" in b else inferred_types(b)
-    ta = ta | {"integer"} if "number" in ta else ta
-    tb = tb | {"integer"} if "number" in tb else tb
+    ta, tb = _generated_types(a), _generated_types(b)
     if not ta & tb:
         return True
     if not ta & tb <= {"object"}:
@@ -81,6 +78,13 @@ def disjoint(a: dict[str, Any], b: dict[str, Any]) -> bool:
         if isinstance(pa, dict) and isinstance(pb, dict) and disjoint(normalize(pa), normalize(pb)):
             return True
     return False
+
+
+def _generated_types(s: dict[str, Any]) -> set[str]:
+    """The types the grammar generates for `s`: declared, else inferred from its keywords; "number" adds "integer"."""
+    declared = declared_types(s)
+    types = inferred_types(s) if declared is None else declared
+    return types | {"integer"} if "number" in types else types
 
 
 def declared_types(s: dict[str, Any]) -> set[str] | None:
@@ -143,7 +147,9 @@ def value_allowed(v: Any, s: dict[str, Any]) -> bool:
     return not (isinstance(v, list) and (len(v) < s.get("minItems", 0) or len(v) > s.get("maxItems", len(v))))
 
 
-def bound(s: dict[str, Any], inclusive: str, exclusive: str, tighter) -> tuple[float | None, bool]:
+def bound(
+    s: dict[str, Any], inclusive: str, exclusive: str, tighter: Callable[[float, float], float]
+) -> tuple[float | None, bool]:
     """The tighter of an inclusive and an exclusive bound: (value, is_exclusive)."""
     inc, exc = s.get(inclusive), s.get(exclusive)
     if inc is None and exc is None:

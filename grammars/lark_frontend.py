@@ -83,8 +83,8 @@ def sequences_to_graph(seqs: list[tuple[Expr, ...]]) -> Expr:
             order[sig] = len(order)
     end = len(order)
     edges: list[tuple[int, Expr, int]] = []
-    for (is_end, out), sig in canonical.items():
-        for item_id, child in out:
+    for (is_end, moves), sig in canonical.items():
+        for item_id, child in moves:
             edges.append((order[sig], items[item_id], order[child]))
         if is_end:
             edges.append((order[sig], Seq(()), end))

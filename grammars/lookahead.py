@@ -26,7 +26,7 @@ from radixgen.grammars.pda import PdaTables
 
 def _nullable_starts(pda: PdaTables) -> np.ndarray:
     """bool per state: a rule started here may finish without reading a byte (through calls too)."""
-    nullable = pda.accept.copy()
+    nullable: np.ndarray = pda.accept.copy()
     while True:
         grown = nullable.copy()
         for g, edges in enumerate(pda.calls):
@@ -48,12 +48,13 @@ def _row_classes(rows: np.ndarray) -> np.ndarray:
     with np.errstate(over="ignore"):
         hashes = rows.astype(np.uint64) @ multipliers
     distinct = np.unique(hashes)
-    inverse = np.searchsorted(distinct, hashes)
+    inverse: np.ndarray = np.searchsorted(distinct, hashes)
     first = np.empty(distinct.shape[0], dtype=np.int64)
     first[inverse] = np.arange(rows.shape[0])
     if (rows == rows[first[inverse]]).all():
         return inverse
-    return np.unique(rows, axis=0, return_inverse=True)[1].reshape(-1)
+    exact: np.ndarray = np.unique(rows, axis=0, return_inverse=True)[1].reshape(-1)
+    return exact
 
 
 def lookahead_representatives(pda: PdaTables, depth: int) -> np.ndarray:
@@ -90,7 +91,7 @@ def lookahead_representatives(pda: PdaTables, depth: int) -> np.ndarray:
 def _terminal_representatives(dfa: ByteDFA, depth: int) -> np.ndarray:
     """`lookahead_representatives` of one terminal's states, as local DFA states (read-only), cached on the
     DFA (so it goes with it)."""
-    cache = dfa.__dict__.setdefault("_lookahead", {})
+    cache: dict[int, np.ndarray] = dfa.__dict__.setdefault("_lookahead", {})
     found = cache.get(depth)
     if found is None:
         no_calls = np.full((dfa.num_states, 1), -1, dtype=np.int64)
@@ -125,4 +126,5 @@ def _representatives(table: np.ndarray, base: np.ndarray, call_rets: np.ndarray,
         count = refined_count
     representative = np.full(count, num, dtype=np.int64)
     np.minimum.at(representative, classes, np.arange(num, dtype=np.int64))
-    return representative[classes]
+    of_state: np.ndarray = representative[classes]
+    return of_state

@@ -198,7 +198,7 @@ class MaskCache:
         token as a run of a repeated unit (`Vocabulary.long_token_runs`), stopping at a fixed point."""
         vocab = self.vocab
         _, entries, bits = vocab.long_tokens
-        out = shared & ~bits
+        out: np.ndarray = shared & ~bits
         tops = _terminal_tops(automaton, state)
         reached: list[int] = []
         for (tid, _, prefix), witness, (whole, rest) in zip(entries, vocab.long_token_witnesses,
@@ -280,6 +280,7 @@ class MaskCache:
             # the terminal may end.
             offset, dfa = pda.terminals[term]
             inside = terminal_walk(self.vocab, dfa, top - offset, np.zeros(1, dtype=np.int64))
+            assert self._handoff is not None, "a grammar's masks have a handoff"
             after = self._handoff.after_terminal((MARK,), offset, inside)
             entry = _FrameWalk(_frozen(inside.packed | walk_mask(self.vocab, after)),
                                self._node_set(after.escape_nodes))

@@ -168,7 +168,7 @@ def _determinize(nfa: _RuleNfa, final: int) -> _RuleDfa:
     while i < len(subsets):
         subset = subsets[i]
         i += 1
-        frags = [nfa.frag[s] for s in subset if nfa.frag[s] is not None]
+        frags = [frag for s in subset if (frag := nfa.frag[s]) is not None]
         row = np.full(256, DEAD, dtype=np.int32)
         if frags:
             targets = np.stack([np.where(d.trans[q] >= 0, d.trans[q] + base, DEAD) for d, q, base in frags])
@@ -279,8 +279,10 @@ def build_pda(ir: GrammarIR) -> PdaTables:
         terminal_of[offset:offset + dfa.num_states] = i
     rule_start = np.repeat(np.array([offsets[name] for name in names], dtype=np.int32),
                            np.diff([offsets[name] for name in names] + [total]))
+    # numpy's stubs type `.any(axis=...)` as scalar-or-array; on a 2-D array it is an array
+    has_bytes: np.ndarray = (trans >= 0).any(axis=1)  # type: ignore[assignment]
     return PdaTables(trans=np.ascontiguousarray(trans), accept=accept, calls=pruned_calls,
-                     has_bytes=(trans >= 0).any(axis=1), start=offsets[ir.start], rule_names=tuple(names),
+                     has_bytes=has_bytes, start=offsets[ir.start], rule_names=tuple(names),
                      terminals=terminal_list, terminal_of=terminal_of, rule_start=rule_start)
 
 

@@ -12,7 +12,7 @@ import re
 from functools import lru_cache
 
 import interegular
-from interegular.fsm import anything_else
+from interegular.fsm import TransitionKey, anything_else
 
 from radixgen.grammars.bytedfa import ByteDFA, CharTransitions, dfa_from_char_automaton
 from radixgen.grammars.errors import GrammarError
@@ -21,14 +21,14 @@ from radixgen.grammars.errors import GrammarError
 def _char_transitions(fsm: interegular.FSM) -> tuple[list[CharTransitions], list[bool], int]:
     states = sorted(fsm.states)
     index = {s: i for i, s in enumerate(states)}
-    by_symbol: dict[int, list[int]] = {}
-    else_symbol: int | None = None
+    by_symbol: dict[TransitionKey, list[int]] = {}
+    else_symbol: TransitionKey | None = None
     for char, symbol in fsm.alphabet.items():
         if char is anything_else:
             else_symbol = symbol
         else:
             by_symbol.setdefault(symbol, []).append(ord(char))
-    runs: dict[int, list[tuple[int, int]]] = {}
+    runs: dict[TransitionKey, list[tuple[int, int]]] = {}
     for symbol, cps in by_symbol.items():
         merged: list[tuple[int, int]] = []
         for cp in sorted(cps):
@@ -41,8 +41,8 @@ def _char_transitions(fsm: interegular.FSM) -> tuple[list[CharTransitions], list
     for s in states:
         moves = fsm.map.get(s, {})
         default = index[moves[else_symbol]] if else_symbol is not None and else_symbol in moves else -1
-        intervals = []
-        for symbol, cps in by_symbol.items():
+        intervals: list[tuple[int, int, int]] = []
+        for symbol in by_symbol:
             target = index[moves[symbol]] if symbol in moves else -1
             intervals.extend((lo, hi, target) for lo, hi in runs[symbol])
         transitions.append(CharTransitions.from_intervals(intervals, default))

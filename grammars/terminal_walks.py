@@ -87,7 +87,7 @@ def terminal_walk(vocab: Vocabulary, dfa: ByteDFA, q: int, nodes: np.ndarray) ->
     return found
 
 
-def _fields(walk: TerminalWalk | WalkResult) -> tuple:
+def _fields(walk: TerminalWalk | WalkResult) -> tuple[np.ndarray | None, ...]:
     """A walk as the plain tuple of its fields (how the cache stores it, see `terminal_walk`)."""
     return tuple(getattr(walk, f.name) for f in fields(walk))
 
@@ -106,8 +106,9 @@ def sorted_unique(nodes: np.ndarray) -> np.ndarray:
 
 def _near(base: np.ndarray, nodes: np.ndarray) -> bool:
     """Few enough nodes differ for the base to pay (at most a quarter of the set)."""
-    common = np.intersect1d(base, nodes, assume_unique=True).shape[0]
-    return (base.shape[0] - common) + (nodes.shape[0] - common) <= nodes.shape[0] // 4
+    common: int = np.intersect1d(base, nodes, assume_unique=True).shape[0]
+    near: bool = (base.shape[0] - common) + (nodes.shape[0] - common) <= nodes.shape[0] // 4
+    return near
 
 
 def _alive_mask(vocab: Vocabulary, walks: list[WalkResult]) -> np.ndarray:

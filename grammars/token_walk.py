@@ -11,10 +11,11 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
-from radixgen.grammars.automaton import ByteAutomaton, DfaEscapes
+from radixgen.grammars.automaton import ByteAutomaton, DfaEscapes, EscapeFlags
 from radixgen.grammars.vocabulary import TokenTrie, Vocabulary
 
 NARROW = 12  # levels with at most this many live nodes are stepped in Python
@@ -95,6 +96,9 @@ class _Walk:
         self.automaton = automaton
         self.trie = trie
         self.escapes = escapes
+        # the automaton again as the owner of the escape flags, read afresh each level (interning may grow
+        # them); a walk with `escapes` is only given automata that have them
+        self.flags = cast(EscapeFlags, automaton) if escapes else None
         self.past_escapes = past_escapes
         self.handoff = handoff
         self.uses_handoff = handoff is not None and hasattr(automaton, "terminal_top")
@@ -110,8 +114,9 @@ class _Walk:
         """Record freshly reached (node, state) pairs; return those whose subtrees the walk continues."""
         automaton = self.automaton
         terminal_top = automaton.terminal_top if self.uses_handoff else None  # type: ignore[union-attr]
-        escapes_flags = automaton.escapes if self.escapes else None
-        nonempty = automaton.nonempty if self.escapes else None
+        flags = self.flags
+        escapes_flags = flags.escapes if flags is not None else None
+        nonempty = flags.nonempty if flags is not None else None
         past = self.past_escapes
         next_nodes: list[int] = []
         next_states: list[int] = []
@@ -168,12 +173,13 @@ class _Walk:
                 self.handed_states.append(states[handed])
                 keep = ~handed
                 nodes, states, parent_states = nodes[keep], states[keep], parent_states[keep]
-        if self.escapes and nodes.size:
-            escaped = automaton.escapes[states]
-            self.alive.append(nodes[automaton.nonempty[states]])
+        flags = self.flags
+        if flags is not None and nodes.size:
+            escaped = flags.escapes[states]
+            self.alive.append(nodes[flags.nonempty[states]])
             if escaped.any():
                 self.escape_arrays.append((nodes[escaped], parent_states[escaped]))
-                keep = automaton.nonempty[states] if self.past_escapes else ~escaped
+                keep = flags.nonempty[states] if self.past_escapes else ~escaped
                 nodes, states = nodes[keep], states[keep]
         else:
             self.alive.append(nodes)

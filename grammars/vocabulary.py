@@ -74,7 +74,7 @@ class TokenTrie:
 
     def node_tokens(self, nodes: np.ndarray) -> np.ndarray:
         """Token ids spelled by `nodes` (several ids when byte strings repeat; none for inner nodes)."""
-        order = self.__dict__.get("_node_order")
+        order: tuple[np.ndarray, np.ndarray] | None = self.__dict__.get("_node_order")
         if order is None:
             ids = np.flatnonzero(self.token_node >= 0)
             by_node = ids[np.argsort(self.token_node[ids], kind="stable")]
@@ -86,7 +86,8 @@ class TokenTrie:
         hi = np.searchsorted(keys, nodes, side="right")
         counts = hi - lo
         if counts.max(initial=0) <= 1:
-            return by_node[lo[counts == 1]]
+            single: np.ndarray = by_node[lo[counts == 1]]
+            return single
         total = int(counts.sum())
         starts = np.repeat(lo - (np.cumsum(counts) - counts), counts) + np.arange(total)
         return by_node[starts]

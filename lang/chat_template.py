@@ -84,6 +84,8 @@ def derive_role_template(apply: ApplyTemplate, bos_text: str = "", tokenizer_add
     conv_preamble = preamble[: len(preamble) - len(user_begin)]
 
     system_preamble = ""
+    sys_before: str | None
+    sys_after: str | None
     try:
         sys_before, sys_after = _split(apply([{"role": "system", "content": s}], False), s, "system")
     except Exception:

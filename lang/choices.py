@@ -50,7 +50,7 @@ def needs_unconditional(method: str) -> bool:
     return method == "unconditional_likelihood_normalized"
 
 
-def _mean(values: Sequence[float]) -> float:
+def _mean(values: Sequence[float] | np.ndarray) -> float:
     return float(np.mean(values)) if len(values) else -math.inf
 
 

@@ -64,7 +64,8 @@ def _object_schema(cls: type) -> dict[str, Any]:
         ]
     else:
         names = list(hints)
-        required = [n for n in names if n in cls.__required_keys__]
+        required_keys: frozenset[str] = cls.__required_keys__  # type: ignore[attr-defined]  # TypedDict only
+        required = [n for n in names if n in required_keys]
     return {
         "type": "object",
         "properties": {name: type_schema(hints[name]) for name in names},

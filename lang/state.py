@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from radixgen.lang.executor import ProgramError, StreamExecutor
@@ -195,7 +195,7 @@ class ProgramState:
 class ForkGroup:
     """The branches of one fork; `join()` gathers their variables (as lists) into the parent state."""
 
-    def __init__(self, parent: ProgramState, states: list[ProgramState]) -> None:
+    def __init__(self, parent: ProgramState, states: Sequence[ProgramState]) -> None:
         self.parent = parent
         self.states = states
 

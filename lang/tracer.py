@@ -177,6 +177,9 @@ class TracingState(ProgramState):
 
     _ex: TraceRecorder  # type: ignore[assignment]
 
+    def __init__(self, recorder: TraceRecorder) -> None:
+        super().__init__(recorder)  # type: ignore[arg-type]  # the recorder stands where the executor stands
+
     def __getitem__(self, name: str) -> VarRef:
         return VarRef(name, self._ex.var_nodes.get(name), self._ex.stream)
 
@@ -225,12 +228,14 @@ class TracingState(ProgramState):
 
 
 class TracingForkGroup(ForkGroup):
+    states: list[TracingState]
+
     def __init__(self, parent: TracingState, states: list[TracingState], fork_node: int) -> None:
-        super().__init__(parent, states)  # type: ignore[arg-type]
+        super().__init__(parent, states)
         self.fork_node = fork_node
 
-    def __iter__(self) -> Iterator[TracingState]:  # type: ignore[override]
-        return iter(self.states)  # type: ignore[arg-type]
+    def __iter__(self) -> Iterator[TracingState]:
+        return iter(self.states)
 
     def join(self, mode: str = "gather_variable") -> None:
         parent: TraceRecorder = self.parent._ex  # type: ignore[assignment]
@@ -238,7 +243,7 @@ class TracingForkGroup(ForkGroup):
         node = parent.add("join", f"{mode} of {len(self.states)} branches", None, ends, mode=mode,
                           fork=self.fork_node, streams=tuple(s._ex.stream for s in self.states))
         for state in self.states:
-            for name, producer in state._ex.var_nodes.items():  # type: ignore[attr-defined]
+            for name, producer in state._ex.var_nodes.items():
                 if parent.var_nodes.get(name) != producer:
                     parent.var_nodes[name] = node.id
 
@@ -249,7 +254,7 @@ def trace(fn: SglFunction, kwargs: dict[str, Any]) -> Graph:
     if unknown:
         raise TypeError(f"{fn.func.__name__} has no argument(s) {sorted(unknown)}")
     graph = Graph(fn.func.__name__, tuple(fn.arg_names))
-    state = TracingState(TraceRecorder(graph, 0, None, {}))  # type: ignore[arg-type]
+    state = TracingState(TraceRecorder(graph, 0, None, {}))
     call_kwargs = {name: kwargs[name] if name in kwargs else Argument(name) for name in fn.arg_names}
     try:
         fn.func(state, **call_kwargs)
