@@ -35,7 +35,7 @@ import torch
 def extend(runner, rows: list[int], lens: list[int], tokens: list[list[int]]) -> torch.Tensor:
     """Append `tokens[i]` to the request in table row `rows[i]` (which holds `lens[i]` tokens; updated) in one
     forward: slots allocated, the request-to-slots table written, logits of each request's last token returned."""
-    from radixgen.runtime.forward_batch import build_forward_batch
+    from radixgen.runtime.forward_batch import forward_batch_from_lists
 
     table = runner.req_to_token_pool
     slots = []
@@ -43,7 +43,7 @@ def extend(runner, rows: list[int], lens: list[int], tokens: list[list[int]]) ->
         s = runner.slot_allocator.alloc(len(ids))
         table.write(row, n, s)
         slots.append(torch.from_numpy(s))
-    batch = build_forward_batch(tokens, list(lens), rows, table.req_to_token, torch.cat(slots))
+    batch = forward_batch_from_lists(tokens, list(lens), rows, table.req_to_token, torch.cat(slots))
     for i, ids in enumerate(tokens):
         lens[i] += len(ids)
     return runner.forward(batch)
@@ -160,9 +160,10 @@ def main() -> None:
     on_thread(build) if args.threads_as == "engine" else build()
     runner = built[0]
     if args.no_kv_copies:
-        runner.decode_kv_copies = None
+        runner.attention.decode_kv_copies = None
     print(f"shared prefix: {args.shared} tokens (at most context - 1), cascade: {not args.no_cascade}, "
-          f"K/V copies across steps: {runner.decode_kv_copies is not None}, requests replaced per step: {args.churn}, "
+          f"K/V copies across steps: {runner.attention.decode_kv_copies is not None}, "
+          f"requests replaced per step: {args.churn}, "
           f"threads as: {args.threads_as}, tokens per request per step: {args.extend}")
     print(f"{'batch':>5} {'context':>7} {'median step ms':>14} {'min ms':>8} {'tok/s':>8}")
 

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from radixgen import kernels
-from radixgen.kernels import linear_onednn
+from radixgen.kernels import cpu_features, linear_onednn
 
 
 def best_ms(fn, weights: list[torch.Tensor], x: torch.Tensor, repeats: int = 3) -> float:
@@ -37,7 +37,7 @@ def main() -> None:
     ap.add_argument("--in", dest="inp", type=int, default=576)
     args = ap.parse_args()
     weights = [torch.randn(args.out, args.inp) for _ in range(args.layers)]
-    print(f"CPU vendor {linear_onednn.cpu_vendor() or '?'}; oneDNN fp32 linear runs: {linear_onednn.runs()}, "
+    print(f"CPU vendor {cpu_features.cpu_vendor() or '?'}; oneDNN fp32 linear runs: {linear_onednn.runs()}, "
           f"kernels.linear uses it: {linear_onednn.available()}; torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads; {args.layers} x [{args.out}, {args.inp}] fp32 weights")
     print(f"{'rows':>5} {'F.linear ms':>12} {'oneDNN ms':>10} {'oneDNN x':>9} {'kernels.linear ms':>18}")

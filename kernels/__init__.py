@@ -3,8 +3,10 @@
 Each op `name(...)` runs the Triton kernel when its tensors are on CUDA (and Triton imports) and the torch
 reference otherwise; `name_reference(...)` is always the reference, for tests. `linear` is `F.linear`, except
 fp32 on an AMD CPU, which runs oneDNN's matmul (`linear_onednn`; `linear_weight_packer` pre-packs weights for
-it). `decode_attention_torch` with a `DecodeKVCopy` is the CPU decode over per-request K/V copies the caller
-carries across steps (no Triton twin: the GPU kernel reads the pool in place).
+it); `cpu_features` holds the CPU-vendor policy behind both choices. The batched torch attention
+(`decode_attention_torch`, `extend_attention_torch` with a `plan_extend` plan its layers share) and the CPU
+decode over per-request K/V copies carried across steps (`decode_copy_torch`: no Triton twin, the GPU kernel
+reads the pool in place) are what the CPU attention backend (runtime/attention/) calls.
 """
 
 from radixgen.kernels.attention_ref import (
@@ -12,7 +14,20 @@ from radixgen.kernels.attention_ref import (
     extend_attention_reference,
     store_kv_reference,
 )
-from radixgen.kernels.attention_torch import DecodeKVCopy, cascade_prefix_len, decode_attention_torch
+from radixgen.kernels.attention_torch import (
+    ExtendPlan,
+    cascade_prefix_len,
+    decode_attention_torch,
+    extend_attention_torch,
+    plan_extend,
+)
+from radixgen.kernels.decode_copy_torch import (
+    CopyPlacement,
+    CopyStep,
+    copy_step_mask,
+    decode_attention_from_copy,
+    plan_copy_step,
+)
 from radixgen.kernels.dispatch import (
     apply_rotary,
     apply_token_bitmask,
@@ -24,6 +39,7 @@ from radixgen.kernels.dispatch import (
     rmsnorm,
     silu_and_mul,
     store_kv,
+    triton_attention_runs,
 )
 from radixgen.kernels.elementwise_ref import (
     apply_rotary_reference,
@@ -35,21 +51,28 @@ from radixgen.kernels.elementwise_ref import (
 from radixgen.kernels.rotary_cache import rope_cos_sin_cache, rope_inv_freq
 
 __all__ = [
-    "DecodeKVCopy",
+    "CopyPlacement",
+    "CopyStep",
+    "ExtendPlan",
     "apply_rotary",
     "apply_rotary_reference",
     "apply_token_bitmask",
     "apply_token_bitmask_reference",
     "cascade_prefix_len",
+    "copy_step_mask",
     "decode_attention",
+    "decode_attention_from_copy",
     "decode_attention_reference",
     "decode_attention_torch",
     "extend_attention",
     "extend_attention_reference",
+    "extend_attention_torch",
     "fused_add_rmsnorm",
     "fused_add_rmsnorm_reference",
     "linear",
     "linear_weight_packer",
+    "plan_copy_step",
+    "plan_extend",
     "rmsnorm",
     "rmsnorm_reference",
     "rope_cos_sin_cache",
@@ -58,4 +81,5 @@ __all__ = [
     "silu_and_mul_reference",
     "store_kv",
     "store_kv_reference",
+    "triton_attention_runs",
 ]

@@ -1,7 +1,8 @@
 """One dispatch point per op: the Triton kernel for CUDA tensors, the torch reference elsewhere.
 
-(Attention on the CPU runs `attention_torch`, the batched torch twin of the per-request reference loops, and an
-fp32 `linear` on the CPU runs oneDNN's matmul, see `linear_onednn`.)
+(Where Triton cannot run, attention runs `attention_torch`, the batched torch twin of the per-request reference
+loops; the engine's CPU attention backend calls it directly, with plans its layers share. An fp32 `linear` on
+the CPU runs oneDNN's matmul where `cpu_features` says so, see `linear_onednn`.)
 
 Every op here has exactly its reference twin's signature. Triton is chosen when the op's first tensor is on a
 CUDA device, Triton imports, and the environment does not set RADIXGEN_FORCE_REFERENCE=1 (read at each call,
@@ -50,14 +51,28 @@ def triton_ops() -> SimpleNamespace | None:
         return None
 
 
+def _triton_for(t: Tensor) -> SimpleNamespace | None:
+    """The Triton implementations when an op on `t` should run its Triton kernel, else None."""
+    if not t.is_cuda or os.environ.get(FORCE_REFERENCE_ENV) == "1":
+        return None
+    return triton_ops()
+
+
 def use_triton(t: Tensor) -> bool:
     """True when an op on `t` should run its Triton kernel."""
-    return t.is_cuda and os.environ.get(FORCE_REFERENCE_ENV) != "1" and triton_ops() is not None
+    return _triton_for(t) is not None
 
 
 def _supported_head_dim(head_dim: int) -> bool:
     # tl.arange needs a power of two, and tensor-core dots need at least 16
     return head_dim >= 16 and head_dim & (head_dim - 1) == 0
+
+
+def triton_attention_runs(device: torch.device, head_dim: int) -> bool:
+    """Whether `extend_attention` and `decode_attention` run their Triton kernels for queries of `head_dim` on
+    `device` (else they run `attention_torch`)."""
+    return (device.type == "cuda" and os.environ.get(FORCE_REFERENCE_ENV) != "1" and triton_ops() is not None
+            and _supported_head_dim(head_dim))
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
@@ -83,71 +98,75 @@ def linear_weight_packer(dtype: torch.dtype, device: torch.device) -> Callable[[
 
 def extend_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, req_to_token: Tensor, req_pool_indices: Tensor,
                      prefix_lens: Tensor, extend_lens: Tensor, extend_start_loc: Tensor, sm_scale: float,
-                     sliding_window: int | None = None, max_extend_len: int | None = None,
-                     scratch: dict | None = None) -> Tensor:
-    """`scratch`: a dict the layers of one forward share; the CPU path keeps there what every layer indexes
-    with (`attention_torch.extend_attention_torch`)."""
-    if use_triton(q) and _supported_head_dim(q.shape[-1]):
-        return triton_ops().extend_attention(q, k_cache, v_cache, req_to_token, req_pool_indices, prefix_lens,
-                                             extend_lens, extend_start_loc, sm_scale, sliding_window,
-                                             max_extend_len)
+                     sliding_window: int | None = None, max_extend_len: int | None = None) -> Tensor:
+    ops = _triton_for(q)
+    if ops is not None and _supported_head_dim(q.shape[-1]):
+        return ops.extend_attention(q, k_cache, v_cache, req_to_token, req_pool_indices, prefix_lens,
+                                    extend_lens, extend_start_loc, sm_scale, sliding_window, max_extend_len)
     return attention_torch.extend_attention_torch(q, k_cache, v_cache, req_to_token, req_pool_indices,
                                                   prefix_lens, extend_lens, extend_start_loc, sm_scale,
-                                                  sliding_window, max_extend_len, scratch)
+                                                  sliding_window, max_extend_len)
 
 
 def decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, req_to_token: Tensor, req_pool_indices: Tensor,
                      seq_lens: Tensor, sm_scale: float, sliding_window: int | None = None,
                      max_seq_len: int | None = None) -> Tensor:
-    if use_triton(q) and _supported_head_dim(q.shape[-1]):
-        return triton_ops().decode_attention(q, k_cache, v_cache, req_to_token, req_pool_indices, seq_lens,
-                                             sm_scale, sliding_window, max_seq_len)
+    ops = _triton_for(q)
+    if ops is not None and _supported_head_dim(q.shape[-1]):
+        return ops.decode_attention(q, k_cache, v_cache, req_to_token, req_pool_indices, seq_lens, sm_scale,
+                                    sliding_window, max_seq_len)
     return attention_torch.decode_attention_torch(q, k_cache, v_cache, req_to_token, req_pool_indices,
                                                   seq_lens, sm_scale, sliding_window, max_seq_len)
 
 
 def store_kv(k_cache: Tensor, v_cache: Tensor, loc: Tensor, k: Tensor, v: Tensor) -> None:
-    if use_triton(k_cache) and k_cache.is_contiguous() and v_cache.is_contiguous():
-        return triton_ops().store_kv(k_cache, v_cache, loc, k, v)
+    ops = _triton_for(k_cache)
+    if ops is not None and k_cache.is_contiguous() and v_cache.is_contiguous():
+        return ops.store_kv(k_cache, v_cache, loc, k, v)
     return attention_ref.store_kv_reference(k_cache, v_cache, loc, k, v)
 
 
 def rmsnorm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
-    if use_triton(x):
-        return triton_ops().rmsnorm(x, weight, eps)
+    ops = _triton_for(x)
+    if ops is not None:
+        return ops.rmsnorm(x, weight, eps)
     return elementwise_ref.rmsnorm_reference(x, weight, eps)
 
 
 def fused_add_rmsnorm(x: Tensor, residual: Tensor, weight: Tensor, eps: float) -> tuple[Tensor, Tensor]:
-    if use_triton(x):
-        return triton_ops().fused_add_rmsnorm(x, residual, weight, eps)
+    ops = _triton_for(x)
+    if ops is not None:
+        return ops.fused_add_rmsnorm(x, residual, weight, eps)
     return elementwise_ref.fused_add_rmsnorm_reference(x, residual, weight, eps)
 
 
 def apply_rotary(q: Tensor, k: Tensor, positions: Tensor, cos_sin_cache: Tensor, is_neox: bool = True) -> None:
-    if use_triton(q) and q.stride(-1) == 1 and k.stride(-1) == 1 and cos_sin_cache.stride(-1) == 1:
-        return triton_ops().apply_rotary(q, k, positions, cos_sin_cache, is_neox)
+    ops = _triton_for(q)
+    if ops is not None and q.stride(-1) == 1 and k.stride(-1) == 1 and cos_sin_cache.stride(-1) == 1:
+        return ops.apply_rotary(q, k, positions, cos_sin_cache, is_neox)
     return elementwise_ref.apply_rotary_reference(q, k, positions, cos_sin_cache, is_neox)
 
 
 def silu_and_mul(x: Tensor) -> Tensor:
-    if use_triton(x):
-        return triton_ops().silu_and_mul(x)
+    ops = _triton_for(x)
+    if ops is not None:
+        return ops.silu_and_mul(x)
     return elementwise_ref.silu_and_mul_reference(x)
 
 
 def apply_token_bitmask(logits: Tensor, bitmask: Tensor, indices: Tensor | None = None) -> None:
-    if use_triton(logits) and logits.stride(-1) == 1:
+    ops = _triton_for(logits)
+    if ops is not None and logits.stride(-1) == 1:
         # the grammar fills masks on the host while the forward runs: bring them over without a sync
         bitmask = bitmask.to(device=logits.device, dtype=torch.int32, non_blocking=True).contiguous()
         if indices is not None:
             indices = indices.to(device=logits.device, non_blocking=True)
-        return triton_ops().apply_token_bitmask(logits, bitmask, indices)
+        return ops.apply_token_bitmask(logits, bitmask, indices)
     return elementwise_ref.apply_token_bitmask_reference(logits, bitmask, indices)
 
 
 # Each dispatcher carries its reference twin's docstring.
-for _name, _ref in [
+_TWINS: list[tuple[str, Callable[..., object]]] = [
     ("extend_attention", attention_ref.extend_attention_reference),
     ("decode_attention", attention_ref.decode_attention_reference),
     ("store_kv", attention_ref.store_kv_reference),
@@ -156,9 +175,10 @@ for _name, _ref in [
     ("apply_rotary", elementwise_ref.apply_rotary_reference),
     ("silu_and_mul", elementwise_ref.silu_and_mul_reference),
     ("apply_token_bitmask", elementwise_ref.apply_token_bitmask_reference),
-]:
+]
+for _name, _ref in _TWINS:
     functools.update_wrapper(globals()[_name], _ref, assigned=("__doc__",), updated=())
 
 __all__ = ["FORCE_REFERENCE_ENV", "apply_rotary", "apply_token_bitmask", "decode_attention", "extend_attention",
            "fused_add_rmsnorm", "linear", "linear_weight_packer", "rmsnorm", "silu_and_mul", "store_kv",
-           "triton_ops", "use_triton"]
+           "triton_attention_runs", "triton_ops", "use_triton"]

@@ -36,8 +36,7 @@ class ExtendConfig:
 def default_extend_config(head_dim: int) -> ExtendConfig:
     """Tile shape by head size (bigger heads need more shared memory per KV block)."""
     if head_dim <= 128:
-        # H200 sweep (docs/benchmarks.md), causal TFLOP/s at 1x2048 / 4x4096 / 1x16384 / 16x1024: 128x64 tiles
-        # with 4 warps 282 / 364 / 399 / 269, 128x128 with 8 warps 284 / 368 / 392 / 253.
+        # 128x64 tiles with 4 warps: as fast as 128x128 with 8 over the tile sweep (docs/performance-notes.md)
         return ExtendConfig(block_m=128, block_n=64, num_warps=4, num_stages=3)
     return ExtendConfig(block_m=64, block_n=32, num_warps=4, num_stages=2)
 

@@ -1,14 +1,15 @@
 """fp32 linear layers on the CPU through oneDNN's matmul instead of MKL's sgemm.
 
-torch runs an fp32 `F.linear` on the CPU as an MKL sgemm. MKL takes a slow path on AMD processors: on the 2-core
-AMD EPYC VM this project is measured on, oneDNN's matmul (the primitive torch's inductor calls through
-`torch.ops.mkldnn._linear_pointwise`) runs the model's layers about 2.2x faster, from one row (a decode step) to
-hundreds (a prefill). On an Intel Xeon (the H200 host) MKL is the faster one (oneDNN at 0.75-0.92x), so only AMD
-processors take this path; docs/benchmarks.md has the numbers. bf16 and fp16 already go through oneDNN. The op is
-internal to torch, so it is probed once and `F.linear` stays the fallback.
+torch runs an fp32 `F.linear` on the CPU as an MKL sgemm. MKL takes a slow path on AMD processors, where
+oneDNN's matmul (the primitive torch's inductor calls through `torch.ops.mkldnn._linear_pointwise`) runs the
+model's layers faster, from one row (a decode step) to hundreds (a prefill); on Intel processors MKL is the faster
+one, so only AMD processors take this path (the vendor policy lives in `cpu_features`; docs/performance-notes.md
+has the numbers).
+bf16 and fp16 already go through oneDNN. The op is internal to torch, so it is probed once and `F.linear` stays
+the fallback.
 
 `pack_weight` stores a weight in oneDNN's blocked layout once (an opaque mkldnn tensor), so the matmul skips
-re-laying it out on every call: 1.25-1.35x faster at 1-20 rows (decode steps), ~1.07x at 256.
+re-laying it out on every call (the gain is largest at the few rows of a decode step).
 """
 
 from __future__ import annotations
@@ -18,26 +19,14 @@ import functools
 import torch
 from torch import Tensor
 
-AMD_VENDORS = ("AuthenticAMD", "HygonGenuine")  # x86 vendors for which MKL does not select its fast kernels
-
-
-def cpu_vendor() -> str:
-    """The x86 `vendor_id` of /proc/cpuinfo ("" where there is none: another OS or architecture)."""
-    try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
-            for line in f:
-                if line.startswith("vendor_id"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return ""
+from radixgen.kernels import cpu_features
 
 
 @functools.lru_cache(maxsize=1)
 def available() -> bool:
-    """Whether fp32 linears should run oneDNN here: an AMD processor and a torch build whose oneDNN linear runs
-    (probed on a tiny input, once per process)."""
-    if cpu_vendor() not in AMD_VENDORS:
+    """Whether fp32 linears should run oneDNN here: a processor where MKL is slow (`cpu_features`) and a torch
+    build whose oneDNN linear runs (probed on a tiny input, once per process)."""
+    if not cpu_features.fp32_linears_on_onednn():
         return False
     return runs()
 
@@ -54,7 +43,7 @@ def runs() -> bool:
         return False
 
 
-PACK_ROWS_HINT = 256  # rows oneDNN chooses the packed layout for; measured as fast as any hint from 1 to 2,048 rows
+PACK_ROWS_HINT = 256  # rows oneDNN chooses the packed layout for (any hint from 1 to 2,048 rows runs as fast)
 
 
 @functools.lru_cache(maxsize=1)

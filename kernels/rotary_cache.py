@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 
 
-def rope_inv_freq(rotary_dim: int, base: float, rope_scaling: dict | None) -> torch.Tensor:
+def rope_inv_freq(rotary_dim: int, base: float, rope_scaling: Mapping[str, Any] | None) -> torch.Tensor:
     """Inverse frequencies [rotary_dim / 2], adjusted for `linear` and `llama3` scaling."""
     inv_freq = 1.0 / (base ** (torch.arange(0, rotary_dim, 2, dtype=torch.int64).float() / rotary_dim))
     if not rope_scaling:
@@ -32,7 +34,7 @@ def rope_inv_freq(rotary_dim: int, base: float, rope_scaling: dict | None) -> to
     raise ValueError(f"unsupported rope_scaling type {kind!r}; supported: default, linear, llama3")
 
 
-def rope_cos_sin_cache(rotary_dim: int, max_position: int, base: float, rope_scaling: dict | None = None,
+def rope_cos_sin_cache(rotary_dim: int, max_position: int, base: float, rope_scaling: Mapping[str, Any] | None = None,
                        dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu") -> torch.Tensor:
     """[max_position, rotary_dim] = cat(cos(pos * f), sin(pos * f)) for each inverse frequency f."""
     inv_freq = rope_inv_freq(rotary_dim, base, rope_scaling)

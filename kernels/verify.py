@@ -20,6 +20,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypedDict
 
 import torch
 
@@ -98,8 +99,8 @@ def _check_extend(case: Case, impl: Callable, device: torch.device, gen: torch.G
     k_cache = _randn((num_slots, hkv, d), dtype, device, gen)
     v_cache = _randn((num_slots, hkv, d), dtype, device, gen)
     q = _randn((sum(extend), hq, d), dtype, device, gen)
-    ints = {"dtype": torch.int32, "device": device}
-    prefix_t, extend_t = torch.tensor(prefix, **ints), torch.tensor(extend, **ints)
+    prefix_t = torch.tensor(prefix, dtype=torch.int32, device=device)
+    extend_t = torch.tensor(extend, dtype=torch.int32, device=device)
     start_t = torch.cumsum(extend_t, 0, dtype=torch.int32) - extend_t
     scale, window = d ** -0.5, p.get("window")
     _poison(device, q.numel() * q.element_size())
@@ -238,6 +239,19 @@ def run_case(case: Case, impl: Callable, device: torch.device | str, seed: int) 
     return Result(case.id, error, tolerance, time.perf_counter() - start)
 
 
+class _Outcome(TypedDict):
+    error: float
+    tolerance: float
+    ok: bool
+    seconds: float
+
+
+class CaseOutcome(_Outcome, total=False):
+    """One case's line of the report (`--json` prints them by case id)."""
+
+    exception: str  # what the case raised, when it did
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", choices=("small", "real"), default="small")
@@ -247,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object (case id -> result)")
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
-    results = {}
+    results: dict[str, CaseOutcome] = {}
     for case in cases(args.size):
         if args.only and args.only not in case.id:
             continue

@@ -93,10 +93,10 @@ def _elementwise_cases(size: str) -> list[Case]:
     llama3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
               "original_max_position_embeddings": 8192}
     cases += [
-        Case("apply_rotary", "smollm2-neox", "bfloat16", {"tokens": tokens, "heads": (9, 3), "head_dim": 64, "neox": True,
-                                                              "max_pos": 100}),
-        Case("apply_rotary", "interleaved", "float32", {"tokens": tokens, "heads": (4, 2), "head_dim": 128, "neox": False,
-                                                            "max_pos": 50}),
+        Case("apply_rotary", "smollm2-neox", "bfloat16", {"tokens": tokens, "heads": (9, 3), "head_dim": 64,
+                                                              "neox": True, "max_pos": 100}),
+        Case("apply_rotary", "interleaved", "float32", {"tokens": tokens, "heads": (4, 2), "head_dim": 128,
+                                                            "neox": False, "max_pos": 50}),
         Case("apply_rotary", "llama3-scaled", "bfloat16", {"tokens": tokens, "heads": (32, 8), "head_dim": 128,
                                                                "neox": True, "max_pos": 20000, "base": 500000.0,
                                                                "scaling": llama3}),

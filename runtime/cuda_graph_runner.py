@@ -16,7 +16,10 @@ padding values, so a step only rewrites the rows a larger earlier batch left beh
 
 The split count of the decode attention kernel depends on (batch, max_seq_len) and is baked into a graph, so
 every graph is captured with max_seq_len = the context length; the kernels read the real lengths from
-`seq_lens` at each replay (docs/kernels.md, "CUDA graphs").
+`seq_lens` at each replay (docs/kernels.md, "CUDA graphs"). The captured `forward` is the model with its
+attention backend's plan of the batch, so the backend plans inside the capture: whatever tensors its plan
+derives are recomputed from the static buffers at each replay (the Triton backend's plan of a decode batch is
+only views of them).
 
 On a CPU (tests) the same buffers and padding run eagerly (`use_graphs=False`), so everything except the
 capture itself is tested without CUDA.
@@ -27,11 +30,12 @@ from __future__ import annotations
 import bisect
 import logging
 import time
+from collections.abc import Callable
 
 import torch
 
 from radixgen.runtime.forward_batch import ForwardBatch, ForwardMode
-from radixgen.runtime.kv_pool import PADDING_SLOT, KVPool
+from radixgen.runtime.kv_pool import PADDING_SLOT
 
 log = logging.getLogger(__name__)
 
@@ -46,12 +50,12 @@ def graph_batch_sizes(max_bs: int) -> list[int]:
 
 
 class CudaGraphRunner:
-    """Captures `model`'s decode forward per bucket at construction; `replay(batch)` runs a decode batch."""
+    """Captures `forward` (batch -> fp32 logits: the model, its KV pool and its attention plan) of a decode batch
+    per bucket at construction; `replay(batch)` runs a decode batch."""
 
-    def __init__(self, model: torch.nn.Module, kv_pool: KVPool, req_to_token: torch.Tensor, max_bs: int,
+    def __init__(self, forward: Callable[[ForwardBatch], torch.Tensor], req_to_token: torch.Tensor, max_bs: int,
                  max_context: int, use_graphs: bool | None = None) -> None:
-        self.model = model
-        self.kv_pool = kv_pool
+        self.forward = forward
         self.req_to_token = req_to_token
         self.max_context = max_context
         self.device = req_to_token.device
@@ -84,8 +88,12 @@ class CudaGraphRunner:
             out_cache_loc=self.out_cache_loc[:bs], req_pool_indices=self.req_pool_indices[:bs],
             req_to_token=self.req_to_token, prefix_lens=self.prefix_lens[:bs], extend_lens=self.extend_lens[:bs],
             seq_lens=self.seq_lens[:bs], extend_start_loc=self.extend_start_loc[:bs], logits_indices=None,
-            max_extend_len=1, max_seq_len=self.max_context,
+            max_extend_len=1, max_seq_len=self.max_context, num_decode_rows=bs,
         )
+
+    def _forward(self, bs: int) -> torch.Tensor:
+        """The decode forward of bucket `bs` over the static buffers, the attention plan included."""
+        return self.forward(self.batches[bs])
 
     @torch.inference_mode()
     def _capture_all(self) -> None:
@@ -95,17 +103,16 @@ class CudaGraphRunner:
         pool = torch.cuda.graph_pool_handle()
         stream = torch.cuda.Stream(device=self.device)
         for bs in reversed(self.batch_sizes):
-            batch = self.batches[bs]
             # Warm-up outside the capture: compiles the Triton kernels, settles the allocator. With every row
             # padding it writes only the reserved slot.
             stream.wait_stream(torch.cuda.current_stream(self.device))
             with torch.cuda.stream(stream):
                 for _ in range(2):
-                    self.model(batch, self.kv_pool)
+                    self._forward(bs)
             torch.cuda.current_stream(self.device).wait_stream(stream)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=pool, stream=stream):
-                self.outputs[bs] = self.model(batch, self.kv_pool)
+                self.outputs[bs] = self._forward(bs)
             self.graphs[bs] = graph
         torch.cuda.synchronize(self.device)
         log.info("captured %d decode CUDA graphs (batch %d..%d) in %.1f s", len(self.graphs), self.batch_sizes[0],
@@ -142,7 +149,7 @@ class CudaGraphRunner:
             self.graphs[bs].replay()
             logits = self.outputs[bs]
         else:
-            logits = self.model(self.batches[bs], self.kv_pool)
+            logits = self._forward(bs)
         # A copy: the graph's output buffer is overwritten by the next replay.
         return logits[:n].clone()
 

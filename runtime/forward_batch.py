@@ -15,6 +15,7 @@ prefixes are read in place.
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,15 +45,8 @@ class ForwardBatch:
     max_extend_len: int = 1
     max_seq_len: int = 1
     # Leading requests that extend by exactly one token (running decodes, which the scheduler puts first): in
-    # an EXTEND batch, attention runs them through the decode kernel (runtime/models/attention.py).
+    # an EXTEND batch, attention runs them through the decode kernel (runtime/attention/backend.py, split_rows).
     num_decode_rows: int = 0
-    # CPU decode: per-layer K/V copies of this batch carried across steps (runtime/decode_kv_copies.py), set by
-    # the model runner just before the forward; None = attention gathers from the pool.
-    kv_copies: list | None = None
-    # What the layers of one forward share on the CPU attention path (index tensors, masks; the decode K/V
-    # copies' `step` too): a fresh dict the model runner sets just before the forward; None = each layer
-    # works them out.
-    attention_scratch: dict | None = None
 
     @property
     def batch_size(self) -> int:
@@ -83,7 +77,7 @@ def pack_to_device(parts: list[np.ndarray], dtype: type, device: torch.device) -
     sizes = [len(p) for p in parts]
     starts = np.zeros(len(parts) + 1, dtype=np.int64)
     np.cumsum([-(-n // _ALIGN) * _ALIGN for n in sizes], out=starts[1:])
-    host = np.zeros(int(starts[-1]), dtype=dtype)
+    host: np.ndarray = np.zeros(int(starts[-1]), dtype=dtype)
     for part, a in zip(parts, starts):
         host[a : a + len(part)] = part
     dev = host_to_device(host, device)
@@ -149,12 +143,12 @@ def _leading_ones(x: np.ndarray) -> int:
     return int(not_one[0]) if len(not_one) else len(x)
 
 
-def build_forward_batch(
-    input_ids: list[list[int]] | list,
-    prefix_lens: list[int],
-    req_pool_indices: list[int],
+def forward_batch_from_lists(
+    input_ids: Sequence[Sequence[int]],
+    prefix_lens: Sequence[int],
+    req_pool_indices: Sequence[int],
     req_to_token: torch.Tensor,
-    out_cache_loc: torch.Tensor,
+    out_cache_loc: torch.Tensor | np.ndarray,
     logits_indices: torch.Tensor | None = None,
 ) -> ForwardBatch:
     """Assemble a ForwardBatch from per-request new token ids and cached lengths (for tests and benchmarks; the
@@ -164,7 +158,8 @@ def build_forward_batch(
     written into `req_to_token` at positions prefix_lens[b] .. prefix_lens[b] + len(input_ids[b]) - 1.
     """
     extend = np.fromiter((len(x) for x in input_ids), dtype=np.int64, count=len(input_ids))
-    flat = np.concatenate([np.asarray(x, dtype=np.int64) for x in input_ids]) if len(input_ids) else np.zeros(0, np.int64)
+    flat = (np.concatenate([np.asarray(x, dtype=np.int64) for x in input_ids]) if len(input_ids)
+            else np.zeros(0, np.int64))
     loc = out_cache_loc.detach().cpu().numpy() if isinstance(out_cache_loc, torch.Tensor) else np.asarray(out_cache_loc)
     rows = None if logits_indices is None else logits_indices.detach().cpu().numpy().astype(np.int64)
     return assemble_forward_batch(flat, np.asarray(prefix_lens, dtype=np.int64), extend,

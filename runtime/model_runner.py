@@ -14,12 +14,13 @@ from pathlib import Path
 import torch
 
 from radixgen import kernels
-from radixgen.runtime.decode_kv_copies import DecodeKVCopies
+from radixgen.runtime.attention import DecodeKVCopies, attention_backend_for
+from radixgen.runtime.download import cache_dir
 from radixgen.runtime.engine_config import EngineConfig
-from radixgen.runtime.errors import ModelNotFoundError
 from radixgen.runtime.forward_batch import ForwardBatch
 from radixgen.runtime.kv_pool import CPU_KV_BUDGET_BYTES, KVPool, ReqToTokenPool, SlotAllocator, kv_pool_num_slots
 from radixgen.runtime.loader import load_model
+from radixgen.runtime.model_path import check_tokenizer_source, local_model_path
 
 logger = logging.getLogger(__name__)
 
@@ -44,14 +45,14 @@ def resolve_device_dtype(device: str, dtype: str) -> tuple[torch.device, torch.d
 
 
 def resolve_model_path(config: EngineConfig) -> Path | None:
-    """The model to load: the configured path, or the default model (downloaded if missing).
+    """The model to load: the configured path (or a hub id in the local Hugging Face cache), checked to have a
+    tokenizer before any weight loads; or the default model (downloaded if missing).
 
     A dummy model with an explicit `dummy_config` needs no path at all.
     """
     if config.model_path is not None:
-        path = Path(config.model_path).expanduser()
-        if not path.exists():
-            raise ModelNotFoundError(f"model path {path} does not exist")
+        path = local_model_path(config.model_path)
+        check_tokenizer_source(path, config.tokenizer_path)
         return path
     if config.load_format == "dummy" and config.dummy_config is not None:
         return None
@@ -69,7 +70,7 @@ class ModelRunner:
         self.model_path = resolve_model_path(config)
         self.model, self.model_config = load_model(
             self.model_path, config.load_format, self.device, self.dtype, dummy_config=config.dummy_config,
-            max_position_embeddings=config.context_length, seed=config.random_seed,
+            max_position_embeddings=config.context_length, seed=config.random_seed, weight_cache_dir=cache_dir(),
         )
         self.context_length = self.model_config.max_position_embeddings
         pack = kernels.linear_weight_packer(self.dtype, self.device)
@@ -83,21 +84,21 @@ class ModelRunner:
         logger.info("model %s on %s/%s; KV pool %d tokens (%.2f GiB)", self.model_path, self.device, self.dtype,
                     self.kv_pool.num_usable_slots, self.kv_pool.nbytes() / 2**30)
         # Decode steps on the CPU carry each decoding request's K/V across steps, in at most the pool's size of
-        # memory or the CPU pool's default budget, whichever is larger (runtime/decode_kv_copies.py).
-        self.decode_kv_copies = None
+        # memory or the CPU pool's default budget, whichever is larger (runtime/attention/decode_kv_copies.py).
+        copies = None
         if self.device.type == "cpu":
             mc = self.model_config
-            self.decode_kv_copies = DecodeKVCopies(mc.num_hidden_layers, mc.num_key_value_heads, mc.head_dim,
-                                                   self.dtype, max(self.kv_pool.nbytes(), CPU_KV_BUDGET_BYTES),
-                                                   self.req_to_token_pool.allocations,
-                                                   cascade=mc.sliding_window is None)
+            copies = DecodeKVCopies(mc.num_hidden_layers, mc.num_key_value_heads, mc.head_dim, self.dtype,
+                                    max(self.kv_pool.nbytes(), CPU_KV_BUDGET_BYTES),
+                                    self.req_to_token_pool.allocations, cascade=mc.sliding_window is None)
+        self.attention = attention_backend_for(self.model_config, self.device, self.dtype, copies)
         # Decode steps on CUDA replay captured graphs (runtime/cuda_graph_runner.py); everything else runs eagerly.
         self.graph_runner = None
         if self.device.type == "cuda" and config.cuda_graph:
             from radixgen.runtime.cuda_graph_runner import CudaGraphRunner
 
             self.graph_runner = CudaGraphRunner(
-                self.model, self.kv_pool, self.req_to_token_pool.req_to_token,
+                self._run_model, self.req_to_token_pool.req_to_token,
                 min(config.cuda_graph_max_bs, config.max_running_requests), self.context_length)
 
     @property
@@ -108,7 +109,8 @@ class ModelRunner:
     def forward(self, batch: ForwardBatch) -> torch.Tensor:
         if self.graph_runner is not None and self.graph_runner.can_run(batch):
             return self.graph_runner.replay(batch)
-        batch.attention_scratch = {}  # one per forward: the layers share what the CPU attention indexes with
-        if self.decode_kv_copies is not None:
-            batch.kv_copies = self.decode_kv_copies.plan(batch)
-        return self.model(batch, self.kv_pool)
+        return self._run_model(batch)
+
+    def _run_model(self, batch: ForwardBatch) -> torch.Tensor:
+        """The model's forward of `batch` with the attention backend's plan of it (planned here, once)."""
+        return self.model(batch, self.kv_pool, self.attention, self.attention.plan(batch))

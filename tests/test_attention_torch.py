@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from radixgen.kernels import attention_torch
+from radixgen.kernels import attention_torch, cpu_features, decode_copy_torch
 from radixgen.kernels.attention_ref import decode_attention_reference, extend_attention_reference
-from radixgen.kernels.attention_torch import decode_attention_torch, extend_attention_torch
+from radixgen.kernels.attention_torch import decode_attention_torch, extend_attention_torch, plan_extend
 
 CASES = [
     # (prefix_lens, extend_lens, q heads, kv heads, head dim, sliding window)
@@ -79,7 +79,7 @@ def test_bf16_cache_attends_in_fp32(prefix, ext, hq, hkv, d, window):
 ])
 @pytest.mark.parametrize("preferred", [True, False])  # an AMD CPU, or another
 def test_decode_rows_take_the_matmul_path_in_fp32(dtype, ext, matmuls, preferred, monkeypatch):
-    monkeypatch.setattr(attention_torch, "_decode_as_matmuls", lambda: preferred)
+    monkeypatch.setattr(cpu_features, "decode_attention_as_matmuls", lambda: preferred)
     matmuls = matmuls and preferred
     prefix, ext0, hq, hkv, d, window = CASES[1]
     kc, vc, r2t, rpi, pre, ex, start, g = _setup(prefix, ext or ext0, hq, hkv, d, seed=3)
@@ -205,14 +205,15 @@ def test_extends_over_a_shared_cached_prefix_read_it_once(shared, cached, ext, h
     assert shared in cascade_calls and got.dtype == dtype
     tol = 1e-5 if dtype == torch.float32 else 2e-2
     torch.testing.assert_close(got.float(), want, rtol=tol, atol=tol)
-    scratch: dict = {}  # two layers of one forward: the second reuses the first's plan and own-keys mask
+    # two layers of one forward: both read one plan and its own-keys mask
+    plan = plan_extend(r2t, rpi, pre, ex, start, q.shape[0], hq // hkv, dtype, None)
     for layer in range(2):
         if layer:
             kc, vc = torch.randn(kc.shape, generator=g).to(dtype), torch.randn(vc.shape, generator=g).to(dtype)
             want = extend_attention_reference(q.float(), kc.float(), vc.float(), r2t, rpi, pre, ex, start, d ** -0.5)
-        got = extend_attention_torch(q, kc, vc, r2t, rpi, pre, ex, start, d ** -0.5, scratch=scratch)
+        got = extend_attention_torch(q, kc, vc, r2t, rpi, pre, ex, start, d ** -0.5, plan=plan)
         torch.testing.assert_close(got.float(), want, rtol=tol, atol=tol)
-    assert scratch[("extend", None)].cascade_mask is not None
+    assert plan.padded is not None and plan.padded.cascade_mask is not None
 
 
 COPY_CASES = [
@@ -260,54 +261,59 @@ def test_decode_over_carried_copies_equals_the_reference_step_after_step(lens, h
                 buf[rows[-1], :, int(start) - shared :] = torch.randn(hkv, capacity - int(start) + shared, d)
         else:
             fill, start = torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long)
-        copy = attention_torch.DecodeKVCopy(*bufs, rows=rows, fill=fill, fill_from=start, num_rows=num_rows,
-                                            shared=shared, in_order=layout == "in order")
+        placement = decode_copy_torch.CopyPlacement(rows=rows, fill=fill, fill_from=start, num_rows=num_rows,
+                                                    shared=shared, in_order=layout == "in order")
         q = torch.randn(b, hq, d, generator=g)
         want = decode_attention_reference(q, kc, vc, r2t, rpi, seq, d ** -0.5, window)
-        got = decode_attention_torch(q, kc, vc, r2t, rpi, seq, d ** -0.5, window, kv_copy=copy)
+        got = _decode_from_copy(q, kc, vc, r2t, rpi, seq, bufs, placement, window)
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def _decode_from_copy(q, kc, vc, r2t, rpi, seq, bufs, placement, window):
+    """One layer's decode over its copy buffers, planned for this call alone."""
+    step = decode_copy_torch.plan_copy_step(r2t, rpi, seq, placement)
+    mask = decode_copy_torch.copy_step_mask(step, q.shape[1] // kc.shape[1], q.dtype, window)
+    return decode_copy_torch.decode_attention_from_copy(q, kc, vc, *bufs, step, mask, q.shape[2] ** -0.5)
 
 
 @pytest.mark.parametrize("window", [None, 3])
 def test_layers_of_one_forward_share_the_copy_indices(window):
-    """Every layer's copy of one forward carries the same `step` scratch: the second layer reuses the first
-    layer's index tensors and mask over its own pool and buffers, and both give the reference."""
+    """The layers of one forward read one CopyStep and mask: the second layer's copy update and attention over
+    its own pool and buffers use the index tensors planned once, and both give the reference."""
     g = torch.Generator().manual_seed(5)
     lens, hq, hkv, d = [7, 12, 4], 6, 2, 16
     pools = [_shared_pool(0, lens, hkv, d, torch.float32, g) for _ in range(2)]
     r2t, rpi = pools[0][2], pools[0][3]  # the same table for both layers; each layer its own K/V
     seq = torch.tensor(lens, dtype=torch.int32)
-    step: dict = {}
-    rows = torch.tensor([2, 0, 3])
+    placement = decode_copy_torch.CopyPlacement(rows=torch.tensor([2, 0, 3]), fill=torch.arange(3),
+                                                fill_from=torch.zeros(3).long(), num_rows=4)
+    step = decode_copy_torch.plan_copy_step(r2t, rpi, seq, placement)
+    mask = decode_copy_torch.copy_step_mask(step, hq // hkv, torch.float32, window)
     for kc, vc, *_ in pools:
         bufs = [torch.zeros(4, hkv, 16, d) for _ in range(2)]
-        copy = attention_torch.DecodeKVCopy(*bufs, rows=rows, fill=torch.arange(3), fill_from=torch.zeros(3).long(),
-                                            num_rows=4, step=step)
         q = torch.randn(3, hq, d, generator=g)
         want = decode_attention_reference(q, kc, vc, r2t, rpi, seq, d ** -0.5, window)
-        got = decode_attention_torch(q, kc, vc, r2t, rpi, seq, d ** -0.5, window, kv_copy=copy)
+        got = decode_copy_torch.decode_attention_from_copy(q, kc, vc, *bufs, step, mask, d ** -0.5)
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
-    assert "newest" in step and ("mask", window) in step
 
 
 @pytest.mark.parametrize("budget", [attention_torch.MASK_CACHE_BYTES, 0])  # masks kept / made by every layer
 @pytest.mark.parametrize("prefix,ext,hq,hkv,d,window", CASES)
 def test_layers_of_one_forward_share_the_extend_plan(prefix, ext, hq, hkv, d, window, budget, monkeypatch):
-    """With a scratch dict, the first layer's extend leaves its index tensors and masks there and the next layer
-    (its own q and K/V, the same table) reuses them: both give the reference, and the plan is worked out once."""
+    """One plan of an extend (index tensors and masks) serves every layer of the forward (each its own q and K/V,
+    the same table): both give the reference, and none works the plan out again."""
     monkeypatch.setattr(attention_torch, "MASK_CACHE_BYTES", budget)
-    plans = []
-    real_plan = attention_torch._plan_extend
-    monkeypatch.setattr(attention_torch, "_plan_extend", lambda *a: plans.append(1) or real_plan(*a))
-    scratch: dict = {}
     kc, vc, r2t, rpi, pre, ex, start, g = _setup(prefix, ext, hq, hkv, d, seed=11)
+    plan = plan_extend(r2t, rpi, pre, ex, start, int(ex.sum()), hq // hkv, torch.float32, window)
+    plans = []
+    monkeypatch.setattr(attention_torch, "plan_extend", lambda *a: plans.append(1) or plan_extend(*a))
     for layer in range(2):
         if layer:
             kc, vc = torch.randn(kc.shape, generator=g), torch.randn(vc.shape, generator=g)
         q = torch.randn(int(ex.sum()), hq, d, generator=g)
         want = extend_attention_reference(q, kc, vc, r2t, rpi, pre, ex, start, d ** -0.5, window)
-        got = extend_attention_torch(q, kc, vc, r2t, rpi, pre, ex, start, d ** -0.5, window, scratch=scratch)
+        got = extend_attention_torch(q, kc, vc, r2t, rpi, pre, ex, start, d ** -0.5, window, plan=plan)
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
-    assert len(plans) == 1 and list(scratch) == [("extend", window)]
-    masks = [m for *_, m in scratch[("extend", window)].blocks]
+    assert plans == []
+    masks = [block.mask for block in plan.padded.blocks] if plan.padded is not None else []
     assert all(m is None for m in masks) if budget == 0 else all(m is not None for m in masks)

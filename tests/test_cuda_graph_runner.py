@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 import torch
 
+from radixgen.runtime.attention import attention_backend_for
 from radixgen.runtime.cuda_graph_runner import CudaGraphRunner, graph_batch_sizes
-from radixgen.runtime.forward_batch import ForwardMode, build_forward_batch
+from radixgen.runtime.forward_batch import ForwardMode, forward_batch_from_lists
 from radixgen.runtime.kv_pool import PADDING_SLOT, KVPool, ReqToTokenPool
 from radixgen.runtime.loader import load_model
 
@@ -47,8 +48,9 @@ def setup():
     for r in range(MAX_REQS):
         rows.write(r, 0, slots[offset : offset + lens[r] + 1])  # +1: the slot the decode token writes
         offset += lens[r] + 1
-    runner = CudaGraphRunner(model, pool, rows.req_to_token, max_bs=8, max_context=config.max_position_embeddings,
-                             use_graphs=False)
+    attention = attention_backend_for(config, torch.device("cpu"), torch.float32)
+    runner = CudaGraphRunner(lambda fb: model(fb, pool, attention, attention.plan(fb)), rows.req_to_token,
+                             max_bs=8, max_context=config.max_position_embeddings, use_graphs=False)
     return model, pool, rows, lens, runner
 
 
@@ -63,7 +65,7 @@ def _decode_batch(rows: ReqToTokenPool, lens: np.ndarray, reqs: list[int], seed:
     ids = [[int(rng.integers(0, TINY["vocab_size"]))] for _ in reqs]
     prefix = [int(lens[r]) for r in reqs]
     loc = torch.tensor([int(rows.req_to_token[r, lens[r]]) for r in reqs], dtype=torch.int64)
-    fb = build_forward_batch(ids, prefix, reqs, rows.req_to_token, loc)
+    fb = forward_batch_from_lists(ids, prefix, reqs, rows.req_to_token, loc)
     assert fb.mode is ForwardMode.DECODE
     return fb, loc
 
@@ -80,7 +82,7 @@ def _restore(pool: KVPool, snap: list[torch.Tensor]) -> None:
 @pytest.mark.parametrize("order", [(3, 7, 5, 1, 8), (8, 2, 6)])
 def test_padded_replay_equals_eager_forward(setup, order):
     """Batches of shrinking and growing sizes: logits and every KV write equal the unpadded eager forward."""
-    model, pool, rows, lens, runner = setup
+    _model, pool, rows, lens, runner = setup
     for step, n in enumerate(order):
         _fill_kv(pool, seed=step)
         reqs = list(np.random.default_rng(step).choice(MAX_REQS, size=n, replace=False))
@@ -88,7 +90,7 @@ def test_padded_replay_equals_eager_forward(setup, order):
         assert runner.can_run(fb)
         before = _snapshot(pool)
         with torch.inference_mode():
-            want = model(fb, pool)
+            want = runner.forward(fb)  # the eager forward of the unpadded batch
         want_kv = _snapshot(pool)
         _restore(pool, before)
         got = runner.replay(fb)
@@ -117,7 +119,7 @@ def test_can_run_refuses_what_the_graphs_do_not_compute(setup):
     assert not runner.can_run(too_many)  # over max_bs
     fb.logits_indices = torch.tensor([1])
     assert not runner.can_run(fb)  # only some rows want logits
-    ext = build_forward_batch([[1, 2, 3]], [0], [0], rows.req_to_token, torch.tensor([5, 6, 7]))
+    ext = forward_batch_from_lists([[1, 2, 3]], [0], [0], rows.req_to_token, torch.tensor([5, 6, 7]))
     assert not runner.can_run(ext)  # prefill runs eagerly
-    other = build_forward_batch([[1]], [3], [0], rows.req_to_token.clone(), torch.tensor([5]))
+    other = forward_batch_from_lists([[1]], [3], [0], rows.req_to_token.clone(), torch.tensor([5]))
     assert not runner.can_run(other)  # a different req_to_token table

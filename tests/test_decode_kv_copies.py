@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from radixgen.runtime.decode_kv_copies import HEADROOM, ROW_ROUNDING, DecodeKVCopies
-from radixgen.runtime.forward_batch import build_forward_batch
+from radixgen.runtime.attention import split_rows
+from radixgen.runtime.attention.decode_kv_copies import HEADROOM, ROW_ROUNDING, DecodeKVCopies, HeldCopies
+from radixgen.runtime.forward_batch import ForwardBatch, forward_batch_from_lists
 
 LAYERS, KV_HEADS, HEAD_DIM, TABLE_ROWS = 2, 2, 8, 16
 ROW_BYTES = 2 * LAYERS * KV_HEADS * HEAD_DIM * 4  # K and V of one position of one request, every layer, fp32
@@ -28,8 +29,13 @@ def _batch(rows: list[int], lens: list[int], extend: list[int] | None = None, ta
     extend = extend or [1] * len(rows)
     table = _table() if table is None else table
     loc = np.concatenate([table[r, n - e : n].numpy() for r, n, e in zip(rows, lens, extend)])
-    return build_forward_batch([[7] * e for e in extend], [n - e for n, e in zip(lens, extend)], rows, table,
-                               torch.from_numpy(loc.astype(np.int64)))
+    return forward_batch_from_lists([[7] * e for e in extend], [n - e for n, e in zip(lens, extend)], rows, table,
+                                    torch.from_numpy(loc.astype(np.int64)))
+
+
+def _plan(copies: DecodeKVCopies, batch: ForwardBatch) -> HeldCopies | None:
+    """The copies' plan of a forward, for its decode rows as the attention backend splits them."""
+    return copies.plan(batch, split_rows(batch).decode)
 
 
 def _copies(max_bytes: int = 1 << 30) -> DecodeKVCopies:
@@ -103,16 +109,17 @@ def test_rows_are_appended_only_for_the_same_request_one_position_on(name):
     for rows, lens, extend, handed_out, *step_table in steps:  # a step may bring its own table
         copies.allocations[handed_out] += 1
         rebuilds = copies.rebuilds
-        plan = copies.plan(_batch(rows, lens, extend, step_table[0] if step_table else table))
+        plan = _plan(copies, _batch(rows, lens, extend, step_table[0] if step_table else table))
         if plan is None:
             got.append("")
             continue
-        nd = len(plan[0].rows)
-        assert len(plan) == LAYERS and len(set(plan[0].rows.tolist())) == nd  # one row per request
-        assert plan[0].k.shape[2] >= max(lens[:nd])  # room for every position of the longest request
-        assert torch.isfinite(plan[0].k).all()  # masked columns meet P @ V: never NaN
-        start = dict(zip(plan[0].fill.tolist(), plan[0].fill_from.tolist()))
-        marks = "".join("A" if b not in start else "F" if start[b] == plan[0].shared else "P" for b in range(nd))
+        nd = len(plan.placement.rows)
+        assert len(plan.k) == LAYERS and len(set(plan.placement.rows.tolist())) == nd  # one row per request
+        assert plan.k[0].shape[2] >= max(lens[:nd])  # room for every position of the longest request
+        assert torch.isfinite(plan.k[0]).all()  # masked columns meet P @ V: never NaN
+        placed = plan.placement
+        start = dict(zip(placed.fill.tolist(), placed.fill_from.tolist()))
+        marks = "".join("A" if b not in start else "F" if start[b] == placed.shared else "P" for b in range(nd))
         got.append(marks + (" R" if copies.rebuilds > rebuilds else ""))
     assert got == want
 
@@ -120,34 +127,34 @@ def test_rows_are_appended_only_for_the_same_request_one_position_on(name):
 def test_a_batch_over_the_memory_budget_runs_without_copies():
     positions = -(-(10 + HEADROOM) // HEADROOM) * HEADROOM  # a length of 10 plus the headroom, rounded up
     need = ROW_ROUNDING * positions * ROW_BYTES  # two requests take a multiple of ROW_ROUNDING rows
-    assert _copies(need).plan(_batch([1, 2], [10, 10])) is not None
+    assert _plan(_copies(need), _batch([1, 2], [10, 10])) is not None
     tight = _copies(need - 1)
-    assert tight.plan(_batch([1, 2], [10, 10])) is None
-    assert tight.nbytes() == 0 and tight.plan(_batch([1], [10])) is None  # as many rows for one request
+    assert _plan(tight, _batch([1, 2], [10, 10])) is None
+    assert tight.nbytes() == 0 and _plan(tight, _batch([1], [10])) is None  # as many rows for one request
 
 
 def test_buffers_are_reused_while_the_batch_fits():
     copies = _copies()
-    first = copies.plan(_batch([1, 2, 3], [10, 20, 30]))
-    second = copies.plan(_batch([4, 5], [5, 6], [5, 6]))  # a prefill: no decode requests, every row freed
+    first = _plan(copies, _batch([1, 2, 3], [10, 20, 30]))
+    second = _plan(copies, _batch([4, 5], [5, 6], [5, 6]))  # a prefill: no decode requests, every row freed
     assert second is None
-    third = copies.plan(_batch([4, 5], [6, 7]))  # new requests: rows filled in the same memory
-    assert len(third[0].fill) == 2 and third[0].k.data_ptr() == first[0].k.data_ptr()
+    third = _plan(copies, _batch([4, 5], [6, 7]))  # new requests: rows filled in the same memory
+    assert len(third.placement.fill) == 2 and third.k[0].data_ptr() == first.k[0].data_ptr()
 
 
 def test_longer_buffers_keep_what_the_rows_hold(monkeypatch):
     copies = _copies()
     empty = torch.empty
     monkeypatch.setattr(torch, "empty", lambda *a, **k: empty(*a, **k).fill_(float("nan")))  # uninitialised memory
-    first = copies.plan(_batch([1, 2], [5, 9]))
-    for buf in first[0].k, first[0].v:
+    first = _plan(copies, _batch([1, 2], [5, 9]))
+    for buf in first.k[0], first.v[0]:
         buf[:2, :, :9] = torch.randn(2, KV_HEADS, 9, HEAD_DIM)  # stands for the filled keys and values
-    held = first[0].k[:2, :, :9].clone()
-    capacity = first[0].k.shape[2]
-    grown = copies.plan(_batch([1, 2], [6, capacity + 1]))  # ... after many appends of request 2
-    assert grown[0].k.shape[2] > capacity and len(grown[0].fill) == 1  # request 2 jumped: only it refills
-    torch.testing.assert_close(grown[0].k[:2, :, :9], held)
-    for buf in grown[0].k, grown[0].v:  # every column finite: masked ones still enter P @ V with weight 0
+    held = first.k[0][:2, :, :9].clone()
+    capacity = first.k[0].shape[2]
+    grown = _plan(copies, _batch([1, 2], [6, capacity + 1]))  # ... after many appends of request 2
+    assert grown.k[0].shape[2] > capacity and len(grown.placement.fill) == 1  # request 2 jumped: only it refills
+    torch.testing.assert_close(grown.k[0][:2, :, :9], held)
+    for buf in grown.k[0], grown.v[0]:  # every column finite: masked ones still enter P @ V with weight 0
         assert torch.isfinite(buf).all()
 
 
@@ -160,12 +167,12 @@ def test_a_shared_prefix_stays_out_of_the_rows():
         pytest.skip("torch's CPU flash attention with log-sum-exp is not available")
     table = _table({2: (1, 80), 3: (1, 80)})
     copies = DecodeKVCopies(LAYERS, KV_HEADS, HEAD_DIM, torch.float32, 1 << 30, np.ones(TABLE_ROWS, np.int64))
-    first = copies.plan(_batch([1, 2], [100, 90], table=table))
-    assert first[0].shared == 80 and first[0].fill_from.tolist() == [80, 80]
-    joined = copies.plan(_batch([1, 2, 3], [101, 91, 85], table=table))  # 3 shares the prefix: no rebuild
-    assert joined[0].shared == 80 and copies.rebuilds == 1 and joined[0].fill.tolist() == [2]
-    other = copies.plan(_batch([1, 2, 3, 4], [102, 92, 86, 20], table=table))  # 4 does not
-    assert other[0].shared == 0 and copies.rebuilds == 2 and other[0].fill.tolist() == [0, 1, 2, 3]
+    first = _plan(copies, _batch([1, 2], [100, 90], table=table))
+    assert first.placement.shared == 80 and first.placement.fill_from.tolist() == [80, 80]
+    joined = _plan(copies, _batch([1, 2, 3], [101, 91, 85], table=table))  # 3 shares the prefix: no rebuild
+    assert joined.placement.shared == 80 and copies.rebuilds == 1 and joined.placement.fill.tolist() == [2]
+    other = _plan(copies, _batch([1, 2, 3, 4], [102, 92, 86, 20], table=table))  # 4 does not
+    assert other.placement.shared == 0 and copies.rebuilds == 2 and other.placement.fill.tolist() == [0, 1, 2, 3]
 
 
 def test_a_new_wave_on_a_shared_prefix_splits_it_off():
@@ -177,6 +184,6 @@ def test_a_new_wave_on_a_shared_prefix_splits_it_off():
         pytest.skip("torch's CPU flash attention with log-sum-exp is not available")
     table = _table({5: (4, 80), 6: (4, 80)})
     copies = DecodeKVCopies(LAYERS, KV_HEADS, HEAD_DIM, torch.float32, 1 << 30, np.ones(TABLE_ROWS, np.int64))
-    assert copies.plan(_batch([1, 2], [30, 40], table=table))[0].shared == 0
-    wave = copies.plan(_batch([4, 5, 6], [100, 90, 95], table=table))
-    assert wave[0].shared == 80 and copies.rebuilds == 2
+    assert _plan(copies, _batch([1, 2], [30, 40], table=table)).placement.shared == 0
+    wave = _plan(copies, _batch([4, 5, 6], [100, 90, 95], table=table))
+    assert wave.placement.shared == 80 and copies.rebuilds == 2

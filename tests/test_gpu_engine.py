@@ -16,9 +16,10 @@ import numpy as np
 import pytest
 import torch
 
+from radixgen.runtime.attention import attention_backend_for
 from radixgen.runtime.cuda_graph_runner import CudaGraphRunner
 from radixgen.runtime.engine_config import EngineConfig
-from radixgen.runtime.forward_batch import build_forward_batch
+from radixgen.runtime.forward_batch import forward_batch_from_lists
 from radixgen.runtime.kv_pool import PADDING_SLOT, KVPool, ReqToTokenPool
 from radixgen.runtime.loader import load_model
 from radixgen.runtime.model_runner import ModelRunner
@@ -53,17 +54,22 @@ def test_graph_replay_matches_eager_forward_on_cuda():
     gen = torch.Generator(device=dev).manual_seed(0)  # fixed contents: the bf16 error below depends on them
     for buf in pool.k_buffers + pool.v_buffers:
         buf.normal_(generator=gen)
-    runner = CudaGraphRunner(model, pool, rows.req_to_token, max_bs=48, max_context=config.max_position_embeddings)
+    attention = attention_backend_for(config, dev, torch.bfloat16)
+
+    def forward(fb):
+        return model(fb, pool, attention, attention.plan(fb))
+
+    runner = CudaGraphRunner(forward, rows.req_to_token, max_bs=48, max_context=config.max_position_embeddings)
     assert sorted(runner.graphs) == runner.batch_sizes
     for n in (37, 48, 5, 1, 24, 2):
         reqs = list(rng.choice(max_reqs, size=n, replace=False))
         ids = [[int(t)] for t in rng.integers(0, SMALL["vocab_size"], size=n)]
         loc = torch.tensor([int(rows.req_to_token[r, lens[r]]) for r in reqs], dtype=torch.int64)
-        fb = build_forward_batch(ids, [int(lens[r]) for r in reqs], reqs, rows.req_to_token, loc)
+        fb = forward_batch_from_lists(ids, [int(lens[r]) for r in reqs], reqs, rows.req_to_token, loc)
         assert runner.can_run(fb)
         before = [b.clone() for b in pool.k_buffers]
         with torch.inference_mode():
-            want = model(fb, pool)
+            want = forward(fb)
         want_k = [b[loc.to(dev)].clone() for b in pool.k_buffers]
         for buf, saved in zip(pool.k_buffers, before):
             buf.copy_(saved)
@@ -108,8 +114,8 @@ def _teacher_forced_logits(runner: ModelRunner, prompt: list[int], output: list[
     try:
         runner.req_to_token_pool.write(row, 0, slots)
         rows = torch.arange(len(prompt) - 1, len(full) - 1, device=runner.device)
-        fb = build_forward_batch([full], [0], [row], runner.req_to_token_pool.req_to_token,
-                                 torch.from_numpy(slots), logits_indices=rows)
+        fb = forward_batch_from_lists([full], [0], [row], runner.req_to_token_pool.req_to_token,
+                                      torch.from_numpy(slots), logits_indices=rows)
         return runner.forward(fb).float().cpu()
     finally:
         runner.slot_allocator.free(slots)

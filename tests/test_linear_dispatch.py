@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from radixgen import kernels
-from radixgen.kernels import linear_onednn
+from radixgen.kernels import cpu_features, linear_onednn
 
 CASES = [
     # (input shape, out features, bias, strided input)
@@ -51,7 +51,7 @@ def test_fp32_cpu_takes_onednn_when_available(monkeypatch):
 
 @pytest.mark.parametrize("vendor,expected", [("AuthenticAMD", True), ("GenuineIntel", False), ("", False)])
 def test_onednn_only_where_mkl_is_slow(vendor, expected, monkeypatch):
-    monkeypatch.setattr(linear_onednn, "cpu_vendor", lambda: vendor)
+    monkeypatch.setattr(cpu_features, "cpu_vendor", lambda: vendor)
     linear_onednn.available.cache_clear()
     try:
         assert linear_onednn.available() == (expected and linear_onednn.runs())
@@ -75,7 +75,7 @@ def test_packed_weight_holds_the_same_values():
     (torch.float32, "cuda", "AuthenticAMD", None, False),
 ])
 def test_weights_are_packed_only_where_onednn_runs_the_linears(dtype, device, vendor, force, expected, monkeypatch):
-    monkeypatch.setattr(linear_onednn, "cpu_vendor", lambda: vendor)
+    monkeypatch.setattr(cpu_features, "cpu_vendor", lambda: vendor)
     if force:
         monkeypatch.setenv("RADIXGEN_FORCE_REFERENCE", force)
     else:

@@ -7,8 +7,9 @@ import pytest
 import torch
 from model_fixtures import TINY_CONFIGS, write_tiny_checkpoint
 
+from radixgen.runtime.attention import attention_backend_for
 from radixgen.runtime.engine_config import EngineConfig
-from radixgen.runtime.forward_batch import build_forward_batch
+from radixgen.runtime.forward_batch import forward_batch_from_lists
 from radixgen.runtime.kv_pool import KVPool
 from radixgen.runtime.loader import load_model
 from radixgen.runtime.loader.dequant import dequantize_to_torch
@@ -22,14 +23,15 @@ PROMPT = [1, 17, 200, 33, 5, 99, 250, 3, 8]
 def _logits(model, config, device: str, dtype: torch.dtype) -> list[torch.Tensor]:
     """Prefill PROMPT, then 4 greedy decode steps; the logits of each step on the CPU in fp32."""
     pool = KVPool.for_model(config, 32, dtype, device)
+    attention = attention_backend_for(config, pool.device, dtype)
     table = torch.zeros((1, 32), dtype=torch.int32, device=device)
     table[0] = torch.arange(1, 33, dtype=torch.int32)
     ids, cached, out = list(PROMPT), 0, []
     for _ in range(5):
         slots = torch.arange(cached + 1, cached + 1 + len(ids))
-        batch = build_forward_batch([ids], [cached], [0], table, slots)
+        batch = forward_batch_from_lists([ids], [cached], [0], table, slots)
         with torch.inference_mode():
-            logits = model(batch, pool)[0].float().cpu()
+            logits = model(batch, pool, attention, attention.plan(batch))[0].float().cpu()
         out.append(logits)
         cached += len(ids)
         ids = [int(logits.argmax())]

@@ -1,7 +1,7 @@
 """Our decoder equals transformers on the same tiny random checkpoints (float32, max abs diff < 1e-4).
 
 Every family goes through the real path: config.json -> ModelConfig, safetensors -> fused parameters, a KVPool
-with slot bookkeeping, ForwardBatch from build_forward_batch, prefill and then 8 decode steps.
+with slot bookkeeping, ForwardBatch from forward_batch_from_lists, prefill and then 8 decode steps.
 """
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import pytest
 import torch
 from model_fixtures import TINY_CONFIGS, write_tiny_checkpoint
 
-from radixgen.runtime.forward_batch import build_forward_batch
+from radixgen.runtime.attention import attention_backend_for
+from radixgen.runtime.forward_batch import forward_batch_from_lists
 from radixgen.runtime.kv_pool import KVPool, ReqToTokenPool, SlotAllocator
 from radixgen.runtime.loader import load_model
 
@@ -41,6 +42,7 @@ class Session:
     def __init__(self, model, config, num_slots: int = 64) -> None:
         self.model = model
         self.pool = KVPool.for_model(config, num_slots, torch.float32, "cpu")
+        self.attention = attention_backend_for(config, self.pool.device, torch.float32)
         self.slots = SlotAllocator(num_slots)
         self.table = ReqToTokenPool(2, 64, "cpu")
 
@@ -55,12 +57,12 @@ class Session:
             self.table.write(row, cached, slots)
             locs.append(torch.from_numpy(slots))
         total = sum(len(ids) for _, ids, _ in chunks)
-        batch = build_forward_batch(
+        batch = forward_batch_from_lists(
             [ids for _, ids, _ in chunks], [c for *_, c in chunks], [r for r, *_ in chunks],
             self.table.req_to_token, torch.cat(locs), logits_indices=torch.arange(total) if all_logits else None,
         )
         with torch.inference_mode():
-            return self.model(batch, self.pool)
+            return self.model(batch, self.pool, self.attention, self.attention.plan(batch))
 
 
 @pytest.mark.parametrize("family", [*TINY_CONFIGS, "llama_sharded"])

@@ -8,7 +8,7 @@ from model_fixtures import TINY_CONFIGS
 
 from radixgen.runtime.engine_config import EngineConfig
 from radixgen.runtime.errors import ModelNotFoundError
-from radixgen.runtime.forward_batch import build_forward_batch
+from radixgen.runtime.forward_batch import forward_batch_from_lists
 from radixgen.runtime.model_runner import ModelRunner, resolve_device_dtype, resolve_model_path
 
 
@@ -25,6 +25,7 @@ def test_auto_device_and_dtype():
 
 def test_model_path_resolution(tmp_path, default_model_path):
     assert resolve_model_path(EngineConfig()) == default_model_path  # no path: the default model
+    (tmp_path / "tokenizer.json").write_text("{}")  # a folder without one is refused (tests/test_model_path.py)
     assert resolve_model_path(EngineConfig(model_path=str(tmp_path))) == tmp_path
     assert resolve_model_path(EngineConfig(load_format="dummy", dummy_config=TINY_CONFIGS["llama"])) is None
     with pytest.raises(ModelNotFoundError, match="does not exist"):
@@ -41,8 +42,8 @@ def test_dummy_runner_pools_and_forward():
     row = runner.req_to_token_pool.alloc()
     slots = runner.slot_allocator.alloc(5)
     runner.req_to_token_pool.write(row, 0, slots)
-    batch = build_forward_batch([[1, 2, 3, 4, 5]], [0], [row], runner.req_to_token_pool.req_to_token,
-                                torch.from_numpy(slots), logits_indices=torch.tensor([1, 4]))
+    batch = forward_batch_from_lists([[1, 2, 3, 4, 5]], [0], [row], runner.req_to_token_pool.req_to_token,
+                                     torch.from_numpy(slots), logits_indices=torch.tensor([1, 4]))
     logits = runner.forward(batch)
     assert logits.shape == (2, TINY_CONFIGS["mistral"]["vocab_size"]) and logits.dtype == torch.float32
     assert torch.isfinite(logits).all()
@@ -51,7 +52,7 @@ def test_dummy_runner_pools_and_forward():
 def test_packed_linear_weights_give_the_same_logits(monkeypatch):
     """Where oneDNN runs fp32 linears (forced here by claiming an AMD CPU), the runner packs every matmul weight
     (kernels/linear_onednn.py) and the logits stay those of plain weights."""
-    from radixgen.kernels import linear_onednn
+    from radixgen.kernels import cpu_features, linear_onednn
 
     if not linear_onednn.packing_runs():
         pytest.skip("this torch build does not pack oneDNN linear weights")
@@ -59,16 +60,16 @@ def test_packed_linear_weights_give_the_same_logits(monkeypatch):
                           max_total_tokens=40, max_running_requests=3, context_length=64)
     logits = {}
     for vendor in ("GenuineIntel", "AuthenticAMD"):
-        monkeypatch.setattr(linear_onednn, "cpu_vendor", lambda v=vendor: v)
+        monkeypatch.setattr(cpu_features, "cpu_vendor", lambda v=vendor: v)
         linear_onednn.available.cache_clear()
         runner = ModelRunner(config)
         attn = runner.model.layers[0].self_attn
         assert attn.qkv_proj.is_mkldnn == runner.model.lm_head.is_mkldnn == (vendor == "AuthenticAMD")
         row, slots = runner.req_to_token_pool.alloc(), runner.slot_allocator.alloc(6)
         runner.req_to_token_pool.write(row, 0, slots)
-        logits[vendor] = runner.forward(build_forward_batch([[5, 1, 7, 2, 9, 3]], [0], [row],
-                                                            runner.req_to_token_pool.req_to_token,
-                                                            torch.from_numpy(slots)))
+        logits[vendor] = runner.forward(forward_batch_from_lists([[5, 1, 7, 2, 9, 3]], [0], [row],
+                                                                 runner.req_to_token_pool.req_to_token,
+                                                                 torch.from_numpy(slots)))
     linear_onednn.available.cache_clear()
     torch.testing.assert_close(logits["AuthenticAMD"], logits["GenuineIntel"], rtol=1e-4, atol=1e-4)
 
@@ -102,7 +103,7 @@ def test_mixed_batch_runs_decode_rows_through_the_decode_kernel(device, arch):
         buf.copy_(torch.randn_like(buf))  # the cached prefixes' K/V
     ids = [rng.integers(0, vocab, size=n).tolist() for n in new]
     loc = torch.cat([pool[r, p : p + n].long().cpu() for r, p, n in zip(rows, prefix, new)])
-    batch = build_forward_batch(ids, prefix, rows, pool, loc)
+    batch = forward_batch_from_lists(ids, prefix, rows, pool, loc)
     assert batch.num_decode_rows == 3
     split = runner.forward(batch)
     whole = runner.forward(dataclasses.replace(batch, num_decode_rows=0))

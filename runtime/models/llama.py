@@ -1,9 +1,10 @@
 """The Llama-family decoder (Llama 2/3, Mistral, Qwen2/2.5, Qwen3, SmolLM2): one implementation, chosen by config.
 
-The forward consumes a ForwardBatch (flat tokens of many requests, their positions and KV slots) and the KV pool;
-it writes each new token's K/V into its slot, then attention reads every position of every request by slot, so
-a prefix cached by another request is read in place. Every numeric op goes through `radixgen.kernels` (Triton on
-CUDA, the torch reference elsewhere); this file only wires them together.
+The forward consumes a ForwardBatch (flat tokens of many requests, their positions and KV slots), the KV pool,
+and an attention backend with its plan of this batch (runtime/attention/); each layer writes its new tokens' K/V
+into their slots, then the backend reads every position of every request by slot, so a prefix cached by another
+request is read in place. Every other numeric op goes through `radixgen.kernels` (Triton on CUDA, the torch
+reference elsewhere); this file only wires them together.
 
 Weights are stored fused: q/k/v as one `qkv_proj` and gate/up as one `gate_up_proj`, so attention input and the
 MLP input each take a single matmul. `checkpoint_targets()` maps every checkpoint tensor name (HF naming) to the
@@ -12,15 +13,21 @@ rows of the fused parameter it fills, so loaders copy tensor by tensor with no i
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 from torch import nn
 
 from radixgen import kernels
+from radixgen.runtime.attention import AttentionBackend
 from radixgen.runtime.config import ModelConfig
 from radixgen.runtime.forward_batch import ForwardBatch
-from radixgen.runtime.models.attention import batch_attention
+from radixgen.runtime.kv_pool import KVPool
+
+M = TypeVar("M")  # the attention backend's plan of one forward
 
 
 def _param(*shape: int, device: torch.device, dtype: torch.dtype) -> nn.Parameter:
@@ -54,44 +61,42 @@ class LlamaAttention(nn.Module):
         self.num_heads, self.num_kv_heads, self.head_dim = c.num_attention_heads, c.num_key_value_heads, c.head_dim
         self.q_size, self.kv_size = c.q_size, c.kv_size
         self.eps = c.rms_norm_eps
-        self.scale = c.head_dim ** -0.5
-        self.layer = layer
-        self.sliding_window = c.layer_sliding_window(layer)
-        kw = {"device": device, "dtype": dtype}
-        self.qkv_proj = _param(c.q_size + 2 * c.kv_size, c.hidden_size, **kw)
-        self.qkv_bias = _param(c.q_size + 2 * c.kv_size, **kw) if c.attention_bias else None
-        self.o_proj = _param(c.hidden_size, c.q_size, **kw)
-        self.o_bias = _param(c.hidden_size, **kw) if c.attention_out_bias else None
-        self.q_norm = _param(c.head_dim, **kw) if c.qk_norm else None
-        self.k_norm = _param(c.head_dim, **kw) if c.qk_norm else None
+        self.layer = layer  # its K/V buffers in the pool, and the backend's view of it (scale, sliding window)
+        p = functools.partial(_param, device=device, dtype=dtype)
+        self.qkv_proj = p(c.q_size + 2 * c.kv_size, c.hidden_size)
+        self.qkv_bias = p(c.q_size + 2 * c.kv_size) if c.attention_bias else None
+        self.o_proj = p(c.hidden_size, c.q_size)
+        self.o_bias = p(c.hidden_size) if c.attention_out_bias else None
+        self.q_norm = p(c.head_dim) if c.qk_norm else None
+        self.k_norm = p(c.head_dim) if c.qk_norm else None
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                cos_sin: torch.Tensor) -> torch.Tensor:
+                cos_sin: torch.Tensor, attention: AttentionBackend[M], plan: M) -> torch.Tensor:
         t = x.shape[0]
         qkv = kernels.linear(x, self.qkv_proj, self.qkv_bias)
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q = q.reshape(t, self.num_heads, self.head_dim)
         k = k.reshape(t, self.num_kv_heads, self.head_dim)
         v = v.reshape(t, self.num_kv_heads, self.head_dim)
-        if self.q_norm is not None:
+        if self.q_norm is not None and self.k_norm is not None:
             q = kernels.rmsnorm(q, self.q_norm, self.eps)
             k = kernels.rmsnorm(k, self.k_norm, self.eps)
         q, k = q.contiguous(), k.contiguous()
         kernels.apply_rotary(q, k, batch.positions, cos_sin, is_neox=True)
         kernels.store_kv(k_cache, v_cache, batch.out_cache_loc, k, v)
-        o = batch_attention(q, k_cache, v_cache, batch, self.scale, self.sliding_window, self.layer)
+        o = attention.forward(q, k_cache, v_cache, self.layer, plan)
         return kernels.linear(o.reshape(t, self.q_size), self.o_proj, self.o_bias)
 
 
 class LlamaMLP(nn.Module):
     def __init__(self, config: ModelConfig, device: torch.device, dtype: torch.dtype) -> None:
         super().__init__()
-        kw = {"device": device, "dtype": dtype}
+        p = functools.partial(_param, device=device, dtype=dtype)
         inter = config.intermediate_size
-        self.gate_up_proj = _param(2 * inter, config.hidden_size, **kw)
-        self.gate_up_bias = _param(2 * inter, **kw) if config.mlp_bias else None
-        self.down_proj = _param(config.hidden_size, inter, **kw)
-        self.down_bias = _param(config.hidden_size, **kw) if config.mlp_bias else None
+        self.gate_up_proj = p(2 * inter, config.hidden_size)
+        self.gate_up_bias = p(2 * inter) if config.mlp_bias else None
+        self.down_proj = p(config.hidden_size, inter)
+        self.down_bias = p(config.hidden_size) if config.mlp_bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate_up = kernels.linear(x, self.gate_up_proj, self.gate_up_bias)
@@ -108,20 +113,22 @@ class LlamaDecoderLayer(nn.Module):
         self.mlp = LlamaMLP(config, device, dtype)
 
     def forward(self, h: torch.Tensor, residual: torch.Tensor | None, batch: ForwardBatch, k_cache: torch.Tensor,
-                v_cache: torch.Tensor, cos_sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                v_cache: torch.Tensor, cos_sin: torch.Tensor, attention: AttentionBackend[M],
+                plan: M) -> tuple[torch.Tensor, torch.Tensor]:
         """(h, residual) -> (mlp output, residual stream before the MLP's add); residual None on layer 0."""
         if residual is None:
             residual = h
             x = kernels.rmsnorm(h, self.input_layernorm, self.eps)
         else:
             x, residual = kernels.fused_add_rmsnorm(h, residual, self.input_layernorm, self.eps)
-        h = self.self_attn(x, batch, k_cache, v_cache, cos_sin)
+        h = self.self_attn(x, batch, k_cache, v_cache, cos_sin, attention, plan)
         x, residual = kernels.fused_add_rmsnorm(h, residual, self.post_attention_layernorm, self.eps)
         return self.mlp(x), residual
 
 
 class LlamaForCausalLM(nn.Module):
-    """Decoder + LM head. `forward(batch, kv_pool) -> logits [num_logit_rows, vocab]` in float32."""
+    """Decoder + LM head. `forward(batch, kv_pool, attention, plan) -> logits [num_logit_rows, vocab]` in
+    float32, `plan` being `attention.plan(batch)`."""
 
     def __init__(self, config: ModelConfig, device: torch.device | str = "cpu",
                  dtype: torch.dtype = torch.float32) -> None:
@@ -146,20 +153,28 @@ class LlamaForCausalLM(nn.Module):
     def dtype(self) -> torch.dtype:
         return self.embed_tokens.dtype
 
-    def forward(self, batch: ForwardBatch, kv_pool) -> torch.Tensor:
-        """Run the batch, writing its K/V into `kv_pool` (a KVPool), and return fp32 logits of the logit rows."""
+    def decoder_layers(self) -> Iterator[LlamaDecoderLayer]:
+        for layer in self.layers:
+            assert isinstance(layer, LlamaDecoderLayer)
+            yield layer
+
+    def forward(self, batch: ForwardBatch, kv_pool: KVPool, attention: AttentionBackend[M],
+                plan: M) -> torch.Tensor:
+        """Run the batch, writing its K/V into `kv_pool`, and return fp32 logits of the logit rows."""
         h = self.embed_tokens[batch.input_ids]
-        residual = None
+        residual: torch.Tensor | None = None
         for i, layer in enumerate(self.layers):
-            h, residual = layer(h, residual, batch, kv_pool.k_buffers[i], kv_pool.v_buffers[i], self.cos_sin_cache)
+            h, residual = layer(h, residual, batch, kv_pool.k_buffers[i], kv_pool.v_buffers[i], self.cos_sin_cache,
+                                attention, plan)
+        assert residual is not None, "a model without layers"
         rows = batch.logits_indices if batch.logits_indices is not None else batch.last_token_indices()
         x, _ = kernels.fused_add_rmsnorm(h[rows], residual[rows], self.norm, self.config.rms_norm_eps)
         return kernels.linear(x, self.lm_head).float()
 
-    def pack_linear_weights(self, pack) -> None:
+    def pack_linear_weights(self, pack: Callable[[torch.Tensor], torch.Tensor]) -> None:
         """Replace every matmul weight with `pack(weight)` (`kernels.linear_weight_packer`: a layout only
         `kernels.linear` reads). A tied LM head gets its own packed copy; the embedding table stays plain."""
-        for layer in self.layers:
+        for layer in self.decoder_layers():
             for module, name in ((layer.self_attn, "qkv_proj"), (layer.self_attn, "o_proj"),
                                  (layer.mlp, "gate_up_proj"), (layer.mlp, "down_proj")):
                 setattr(module, name, nn.Parameter(pack(getattr(module, name)), requires_grad=False))
@@ -179,7 +194,7 @@ class LlamaForCausalLM(nn.Module):
         put("model.norm.weight", self.norm)
         if not c.tie_word_embeddings:
             put("lm_head.weight", self.lm_head)
-        for i, layer in enumerate(self.layers):
+        for i, layer in enumerate(self.decoder_layers()):
             p, attn, mlp = f"model.layers.{i}.", layer.self_attn, layer.mlp
             put(p + "input_layernorm.weight", layer.input_layernorm)
             put(p + "post_attention_layernorm.weight", layer.post_attention_layernorm)

@@ -13,7 +13,7 @@ radix cache) takes the row and fills only the rest. The slots of such a row are 
 any of them (they were freed and handed out again) makes the row forget. Rows no request needs are reused by
 the next newcomers; once holes are a quarter of the rows in use, the rows are rebuilt in batch order.
 
-Policy lives here, the tensor work in `kernels.attention_torch` (`DecodeKVCopy`, `decode_attention_torch`).
+Policy lives here, the tensor work in `kernels.decode_copy_torch` (`CopyPlacement` is what a plan decides).
 A held row is trusted only for the same holder of the same request-table row (`ReqToTokenPool.allocations`)
 at exactly one position shorter than now, so a forward that extended the request another way (a prefill chunk,
 a jump-forward) makes the next decode fill it again. The buffers take at most `max_bytes`; a batch that would
@@ -22,14 +22,26 @@ need more decodes through the gather.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
 from radixgen import kernels
-from radixgen.runtime.forward_batch import ForwardBatch, ForwardMode
+from radixgen.runtime.attention.backend import Rows
+from radixgen.runtime.forward_batch import ForwardBatch
 
 HEADROOM = 64  # positions (and rounding) each request can grow before the buffers are reallocated larger
 ROW_ROUNDING = 8  # buffer rows come in multiples of this, so requests can join without a reallocation
+
+
+@dataclass(frozen=True)
+class HeldCopies:
+    """Where this forward's decode requests sit in the copy buffers, and the buffers each layer reads."""
+
+    placement: kernels.CopyPlacement
+    k: tuple[torch.Tensor, ...]  # per layer: [R, Hkv, capacity, D]
+    v: tuple[torch.Tensor, ...]
 
 
 class DecodeKVCopies:
@@ -45,6 +57,10 @@ class DecodeKVCopies:
         self._k: list[torch.Tensor] = []
         self._v: list[torch.Tensor] = []
         self._row_of = np.full(len(allocations), -1, dtype=np.int64)  # table row -> buffer row (-1: none)
+        self._holder: np.ndarray  # these four: see _resize_rows
+        self._holder_alloc: np.ndarray
+        self._len: np.ndarray
+        self._slots: np.ndarray
         self._resize_rows(0, 0)
         self._shared = 0
         self._shared_slots = torch.zeros(0, dtype=torch.int32)
@@ -53,19 +69,18 @@ class DecodeKVCopies:
         self.appended_rows = 0  # rows that only had their newest position written
         self.rebuilds = 0  # forwards that reassigned every row (a new capacity, a new shared prefix, compaction)
 
-    def plan(self, batch: ForwardBatch) -> list[kernels.DecodeKVCopy] | None:
-        """The per-layer copies the decode requests of this forward (all of a decode batch, the leading
-        `num_decode_rows` of a mixed one) read, or None. Call once per forward, in order: it also watches every
-        forward's KV writes."""
+    def plan(self, batch: ForwardBatch, decode: Rows | None) -> HeldCopies | None:
+        """Where the decode rows of this forward (`decode`, of `split_rows`) sit in the copies, or None: they
+        gather from the pool. Call once per forward, in order: it also watches every forward's KV writes."""
         written = batch.out_cache_loc.cpu().numpy()
-        nd = batch.batch_size if batch.mode is ForwardMode.DECODE else batch.num_decode_rows
         table = batch.req_to_token
-        if nd == 0:
+        if decode is None:
             self._release(np.ones(len(self._holder), dtype=bool))
             self._forget_written(written)
             return None
-        table_rows = batch.req_pool_indices[:nd].cpu().numpy()
-        lens = batch.seq_lens[:nd].cpu().numpy().astype(np.int64)
+        nd = len(decode.seq_lens)
+        table_rows = decode.req_pool_indices.cpu().numpy()
+        lens = decode.seq_lens.cpu().numpy().astype(np.int64)
         allocs = self.allocations[table_rows]
         rows = self._row_of[table_rows]
         held = rows >= 0
@@ -79,9 +94,9 @@ class DecodeKVCopies:
         self._release(~keep & (self._holder >= 0))  # left: their rows keep their contents for newcomers
         self._forget_written(written)  # ... unless this forward reuses their slots
         # A batch of newcomers only (a new wave of requests) may share a prefix the current rows do not split off.
-        prefix = self._batch_prefix(batch, nd) if not held.any() else None
+        prefix = self._batch_prefix(decode, table) if not held.any() else None
         if (prefix is not None and prefix != self._shared) or not self._fits(table, table_rows, lens, rows):
-            if not self._rebuild(batch, nd, lens, prefix):
+            if not self._rebuild(decode, table, lens, prefix):
                 return None
             rows, have = np.arange(nd), np.zeros(nd, dtype=np.int64)
         else:
@@ -92,9 +107,8 @@ class DecodeKVCopies:
         num_rows = int(rows.max()) + 1
         in_order = num_rows == nd and bool((rows == np.arange(nd)).all())
         rows_t, fill_t, from_t = torch.from_numpy(rows.copy()), torch.from_numpy(fill), torch.from_numpy(have[fill])
-        step = batch.attention_scratch if batch.attention_scratch is not None else {}  # shared by the layers
-        return [kernels.DecodeKVCopy(k, v, rows_t, fill_t, from_t, num_rows, self._shared, in_order, step)
-                for k, v in zip(self._k, self._v)]
+        placement = kernels.CopyPlacement(rows_t, fill_t, from_t, num_rows, self._shared, in_order)
+        return HeldCopies(placement, tuple(self._k), tuple(self._v))
 
     # ------------------------------------------------------------ placement
     def _place_newcomers(self, table: torch.Tensor, table_rows: np.ndarray, lens: np.ndarray, rows: np.ndarray,
@@ -144,21 +158,21 @@ class DecodeKVCopies:
         longest = int(lens.max()) - self._shared
         return longest <= self._k[0].shape[2] or self._grow(longest)
 
-    def _batch_prefix(self, batch: ForwardBatch, nd: int) -> int:
+    def _batch_prefix(self, decode: Rows, table: torch.Tensor) -> int:
         """Leading slots the decode requests share that the cascade reads from the pool (0: none, or no cascade)."""
         if not self.cascade:
             return 0
-        return kernels.cascade_prefix_len(batch.req_to_token, batch.req_pool_indices[:nd], batch.seq_lens[:nd])
+        return kernels.cascade_prefix_len(table, decode.req_pool_indices, decode.seq_lens)
 
-    def _rebuild(self, batch: ForwardBatch, nd: int, lens: np.ndarray, shared: int | None) -> bool:
+    def _rebuild(self, decode: Rows, table: torch.Tensor, lens: np.ndarray, shared: int | None) -> bool:
         """Every decode request gets row b = its batch position; buffers reallocated when too small. `shared`:
         the batch's `_batch_prefix` when the caller has it."""
         self._release(np.ones(len(self._holder), dtype=bool))
-        shared = self._batch_prefix(batch, nd) if shared is None else shared
-        if not self._reserve(nd, int(lens.max()) - shared + HEADROOM):
+        shared = self._batch_prefix(decode, table) if shared is None else shared
+        if not self._reserve(len(lens), int(lens.max()) - shared + HEADROOM):
             return False
         self._shared = shared
-        self._shared_slots = batch.req_to_token[batch.req_pool_indices[0], :shared].clone()
+        self._shared_slots = table[decode.req_pool_indices[0], :shared].clone()
         self.rebuilds += 1
         return True
 

@@ -1,0 +1,121 @@
+"""The attention backend interface, and the split of a forward's requests into decode rows and extend rows.
+
+A backend is planned once per forward, `plan(batch) -> metadata` (by the model runner, or inside the captured
+region by the CUDA-graph runner), and called by every attention layer, `forward(q, k_cache, v_cache, layer,
+metadata) -> o`, after the layer has stored its new tokens' K/V in the pool: attention then reads every
+position of every request by slot, the new tokens included. The metadata is one frozen dataclass per backend
+holding what all layers of the forward index with.
+
+Requests keep ForwardBatch's description, (prefix_len, extend_len) per request. `split_rows` is the one place
+that says which of them the decode kernel serves: the leading run of requests extending by one token (running
+decodes, which the scheduler puts first); the rest go through the extend kernel, which tiles many queries per
+program (a decode row there would fill a query tile with one query). A verify step's rows of 1 + k tokens would
+join the decode part once a decode kernel takes several queries per row: `Rows` counts tokens apart from rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+import torch
+
+from radixgen.runtime.config import ModelConfig
+from radixgen.runtime.forward_batch import ForwardBatch, ForwardMode
+
+MetadataT = TypeVar("MetadataT")
+
+
+@dataclass(frozen=True)
+class AttentionShape:
+    """What a backend knows of the model's attention layers."""
+
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    sliding_windows: tuple[int | None, ...]  # per layer: attend to the last this many positions (None: all)
+
+    @classmethod
+    def of(cls, config: ModelConfig) -> AttentionShape:
+        return cls(config.num_attention_heads, config.num_key_value_heads, config.head_dim,
+                   tuple(config.layer_sliding_window(i) for i in range(config.num_hidden_layers)))
+
+    @property
+    def scale(self) -> float:
+        return float(self.head_dim ** -0.5)
+
+    @property
+    def group(self) -> int:
+        """Query heads per KV head."""
+        return self.num_heads // self.num_kv_heads
+
+
+class AttentionBackend(Protocol[MetadataT]):
+    """Attention over the KV pool for one kind of device: planned per forward, called per layer."""
+
+    def plan(self, batch: ForwardBatch) -> MetadataT:
+        """What every layer of `batch`'s forward indexes with. Call once per forward, before the layers."""
+        ...
+
+    def forward(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, layer: int,
+                metadata: MetadataT) -> torch.Tensor:
+        """q [T, Hq, D] of the forward's new tokens -> o [T, Hq, D] for model layer `layer`, whose K/V pool
+        buffers (the new tokens' K/V already stored) are k_cache and v_cache."""
+        ...
+
+
+@dataclass(frozen=True)
+class Rows:
+    """A run of consecutive requests of one forward and their new tokens, flat rows [first_token, first_token +
+    num_tokens) of q. Per-request tensors [N] on the model's device; extend_start_loc counts from first_token."""
+
+    req_pool_indices: torch.Tensor
+    prefix_lens: torch.Tensor
+    extend_lens: torch.Tensor
+    seq_lens: torch.Tensor
+    extend_start_loc: torch.Tensor
+    first_token: int
+    num_tokens: int
+    max_extend_len: int  # at least every extend_len of the run
+
+
+@dataclass(frozen=True)
+class RowSplit:
+    """A forward's requests as the decode rows (first) and the extend rows, either part possibly absent."""
+
+    req_to_token: torch.Tensor
+    max_seq_len: int  # at least every seq_len of the forward
+    decode: Rows | None
+    extend: Rows | None
+
+
+def split_rows(batch: ForwardBatch) -> RowSplit:
+    """Every request of a DECODE batch is a decode row, in an EXTEND batch the leading `num_decode_rows`. Only
+    views of the batch's tensors, except the extend part's shifted starts in a mixed batch (a DECODE batch's
+    split thus reads the batch's buffers, as a captured CUDA graph needs)."""
+    n = batch.batch_size
+    nd = n if batch.mode is ForwardMode.DECODE else batch.num_decode_rows
+    decode = extend = None
+    if nd:  # one token per decode row: the decode part's tokens are the first nd
+        decode = Rows(batch.req_pool_indices[:nd], batch.prefix_lens[:nd], batch.extend_lens[:nd],
+                      batch.seq_lens[:nd], batch.extend_start_loc[:nd], first_token=0, num_tokens=nd,
+                      max_extend_len=1)
+    if nd < n:
+        start = batch.extend_start_loc[nd:]
+        extend = Rows(batch.req_pool_indices[nd:], batch.prefix_lens[nd:], batch.extend_lens[nd:],
+                      batch.seq_lens[nd:], start - nd if nd else start, first_token=nd,
+                      num_tokens=batch.num_tokens - nd, max_extend_len=batch.max_extend_len)
+    return RowSplit(batch.req_to_token, batch.max_seq_len, decode, extend)
+
+
+def attend_split(q: torch.Tensor, split: RowSplit, decode: Callable[[torch.Tensor, Rows], torch.Tensor],
+                 extend: Callable[[torch.Tensor, Rows], torch.Tensor]) -> torch.Tensor:
+    """o for q [T, Hq, D]: the decode rows' tokens through `decode`, the extend rows' through `extend` (each
+    given its part of q and its Rows), concatenated in token order."""
+    if split.extend is None:
+        return decode(q, split.decode) if split.decode is not None else torch.empty_like(q)
+    if split.decode is None:
+        return extend(q, split.extend)
+    nd = split.decode.num_tokens
+    return torch.cat([decode(q[:nd], split.decode), extend(q[nd:], split.extend)])

@@ -1,0 +1,42 @@
+"""Attention on CUDA: the Triton kernels, through kernels/dispatch.py.
+
+Decode rows go through the decode kernel: split-K over each context, one read of a KV block serving every query
+head of its group. Extend rows (prefill chunks) go through the extend kernel, which tiles many queries per
+program. Both read the pool in place by slot, so the plan is only the row split: in a DECODE batch nothing but
+views of the batch's tensors, which is what lets a CUDA graph captured over static buffers replay it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from radixgen import kernels
+from radixgen.runtime.attention.backend import AttentionShape, Rows, RowSplit, attend_split, split_rows
+from radixgen.runtime.forward_batch import ForwardBatch
+
+
+class TritonAttentionBackend:
+    """`AttentionBackend[RowSplit]` over the Triton kernels (the torch ops where dispatch cannot run them)."""
+
+    def __init__(self, shape: AttentionShape) -> None:
+        self.shape = shape
+        self.scale = shape.scale
+
+    def plan(self, batch: ForwardBatch) -> RowSplit:
+        return split_rows(batch)
+
+    def forward(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, layer: int,
+                metadata: RowSplit) -> torch.Tensor:
+        window = self.shape.sliding_windows[layer]
+        table = metadata.req_to_token
+
+        def decode(qd: torch.Tensor, rows: Rows) -> torch.Tensor:
+            return kernels.decode_attention(qd, k_cache, v_cache, table, rows.req_pool_indices, rows.seq_lens,
+                                            self.scale, sliding_window=window, max_seq_len=metadata.max_seq_len)
+
+        def extend(qe: torch.Tensor, rows: Rows) -> torch.Tensor:
+            return kernels.extend_attention(qe, k_cache, v_cache, table, rows.req_pool_indices, rows.prefix_lens,
+                                            rows.extend_lens, rows.extend_start_loc, self.scale,
+                                            sliding_window=window, max_extend_len=rows.max_extend_len)
+
+        return attend_split(q, metadata, decode, extend)
