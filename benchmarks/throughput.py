@@ -191,9 +191,9 @@ def main(argv: list[str] | None = None) -> int:
     ours = []
     for b in args.batches:
         if args.sync_too:  # the engine's switch behind disable_overlap_schedule, flipped between runs
-            engine.core.overlap = False
+            engine.core.scheduler.limits.overlap_schedule = False
             sync = run_radixgen(engine, rng, b, args.input_len, args.output_len)
-            engine.core.overlap = True
+            engine.core.scheduler.limits.overlap_schedule = True
         ours.append(run_radixgen(engine, rng, b, args.input_len, args.output_len))
         if args.sync_too:
             ours[-1].update(sync_e2e_tok_s=sync["e2e_tok_s"], sync_decode_tok_s=sync["decode_tok_s"])

@@ -1,7 +1,7 @@
 """What the prefix caches return, and the interface both of them implement.
 
 `RadixCache` (the tree) and `NoPrefixCache` (caching off) share `PrefixCache`, so the scheduler is written once
-and never asks which one it holds (STYLE.md lesson 5).
+and never asks which one it holds: turning caching off swaps the object, never adds an `if`.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ is rebuilt from the set once stale entries outnumber live ones, so its size stay
 from __future__ import annotations
 
 import heapq
+from collections.abc import Iterator
 
 from .node import RadixNode
 
@@ -28,7 +29,7 @@ class LeafLRU:
     def __contains__(self, node: RadixNode) -> bool:
         return node in self._leaves
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[RadixNode]:
         return iter(self._leaves)
 
     def add(self, node: RadixNode) -> None:

@@ -1,7 +1,8 @@
 """NoPrefixCache: the stand-in used when prefix caching is off; it has RadixCache's interface, caches nothing.
 
-The scheduler's code is the same for both (STYLE.md lesson 5): a match always comes back empty and `insert`
-reports `stored_len == 0`, so the caller's usual release (`free(slots[stored_len:])`) frees every slot.
+The scheduler's code is the same for both, with no branch on whether caching is on: a match always comes back
+empty and `insert` reports `stored_len == 0`, so the caller's usual release (`free(slots[stored_len:])`) frees
+every slot.
 """
 
 from __future__ import annotations
@@ -52,10 +53,10 @@ class NoPrefixCache:
     def evict(self, num_tokens: int) -> SlotArray:
         if num_tokens < 0:
             raise ValueError(f"num_tokens must be >= 0, got {num_tokens}")
-        return EMPTY_IDS.copy()
+        return np.empty(0, dtype=np.int64)
 
     def reset(self) -> SlotArray:
-        return EMPTY_IDS.copy()
+        return np.empty(0, dtype=np.int64)
 
     def stats(self) -> CacheStats:
         return CacheStats(
@@ -71,7 +72,7 @@ class NoPrefixCache:
         )
 
     def all_slots(self) -> SlotArray:
-        return EMPTY_IDS.copy()
+        return np.empty(0, dtype=np.int64)
 
     def check_integrity(self) -> None:
         assert self._root.is_root and not self._root.children, "NoPrefixCache's root grew children"

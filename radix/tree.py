@@ -1,8 +1,9 @@
 """RadixCache: token-id prefixes -> KV slot indices, with locks and LRU eviction of unlocked leaves.
 
-The tree stores slot indices, never KV memory (STYLE.md lesson 3). Every namespace has its own root. Sizes
-(evictable/protected tokens, node count) and the evictable-leaf set are kept incrementally; `check_integrity`
-recomputes all of them from scratch. docs/radix.md lists the invariants and the caller's protocol.
+The tree stores slot indices, never KV memory: the KV pool holds the memory and the slot allocator the free
+slots. Every namespace has its own root. Sizes (evictable/protected tokens, node count) and the evictable-leaf
+set are kept incrementally; `check_integrity` recomputes all of them from scratch. docs/radix.md lists the
+invariants and the caller's protocol.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from radixgen.runtime.forward_batch import ForwardBatch, assemble_forward_batch, exclusive_cumsum
+from radixgen.runtime.request import Req
 from radixgen.runtime.scheduler import ScheduleBatch, Scheduler
 
 
@@ -51,11 +52,9 @@ def build_forward_batch(batch: ScheduleBatch, scheduler: Scheduler, req_to_token
             ids[o : o + e] = _token_ids(req, s, e)
         slots = scheduler.slot_view(req, 0, s + e)
         out_loc[o : o + e] = slots[s:]
-        # Device row entries not yet current: [synced_len, s + e).
-        lo = min(req.synced_len, s)
+        lo = it.sync_from  # the scheduler's choice of device row entries to (re)write: [lo, s + e)
         sync_lo[i] = lo
         new_slots.append(slots[lo:])
-        req.synced_len = s + e
         if it.logits_from is not None:
             logit_first[i] = len(logit_rows)
             logit_rows.extend(range(o + it.logits_from, o + e))
@@ -79,7 +78,7 @@ def build_forward_batch(batch: ScheduleBatch, scheduler: Scheduler, req_to_token
     return fb, LogitRows(logit_first, logit_count, sample_row)
 
 
-def _token_ids(req, start: int, n: int) -> np.ndarray | list[int]:
+def _token_ids(req: Req, start: int, n: int) -> np.ndarray | list[int]:
     """Tokens [start, start + n) of the request's fill_ids, without concatenating the whole sequence."""
     prompt_len = len(req.origin_ids)
     if start + n <= prompt_len:

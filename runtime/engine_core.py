@@ -12,20 +12,38 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import torch
 
 from radixgen.grammars import bitmask_words
+from radixgen.radix import PrefixCache
 from radixgen.runtime.batch_builder import LogitRows, build_forward_batch
 from radixgen.runtime.engine_config import EngineConfig
 from radixgen.runtime.forward_batch import host_to_device
 from radixgen.runtime.logprobs import token_logprobs
+from radixgen.runtime.outputs import (
+    AbortFinish,
+    FinishReason,
+    LengthFinish,
+    MetaInfo,
+    StopFinish,
+    StreamChunk,
+    TopLogprobs,
+)
 from radixgen.runtime.request import Req, ReqState
 from radixgen.runtime.sampled_step import SampledStep, copy_to_host
 from radixgen.runtime.sampling_batch import SamplingBatch
 from radixgen.runtime.scheduler import ScheduleBatch, Scheduler, SchedulerLimits
+
+if TYPE_CHECKING:
+    from radixgen.grammars import Matcher, Vocabulary
+    from radixgen.runtime.forward_batch import ForwardBatch
+    from radixgen.runtime.model_runner import ModelRunner
+    from radixgen.tokenizer import Tokenizer
+
+T = TypeVar("T")
 
 log = logging.getLogger("radixgen.engine")
 
@@ -53,38 +71,43 @@ class EngineCounters:
 
 
 class EngineCore:
-    def __init__(self, config: EngineConfig, runner, tokenizer, vocab) -> None:
+    """The loop over one model: `vocab` (the grammars' view of the tokenizer) is None when the engine runs
+    without constrained decoding."""
+
+    def __init__(self, config: EngineConfig, runner: ModelRunner, tokenizer: Tokenizer,
+                 vocab: Vocabulary | None) -> None:
         from radixgen.radix import NoPrefixCache, RadixCache
         from radixgen.runtime.sampler import Sampler
 
         self.config = config
         self.runner = runner
         self.tokenizer = tokenizer
-        self.vocab = vocab  # radixgen.grammars.Vocabulary or None
-        self.device = runner.device
-        self.vocab_size = runner.model_config.vocab_size
-        self.max_context = runner.context_length
+        self.vocab = vocab
+        self.device: torch.device = runner.device
+        self.vocab_size: int = runner.model_config.vocab_size
+        self.max_context: int = runner.context_length
         self.allocator = runner.slot_allocator
         self.req_rows = runner.req_to_token_pool
         cache_enabled = not config.disable_radix_cache
-        self.cache = RadixCache(page_size=config.page_size) if cache_enabled else NoPrefixCache()
+        self.cache: PrefixCache = RadixCache(page_size=config.page_size) if cache_enabled else NoPrefixCache()
         limits = SchedulerLimits(
             max_running_requests=config.max_running_requests,
             max_prefill_tokens=config.max_prefill_tokens,
             chunked_prefill_size=config.chunked_prefill_size,
             max_context=self.max_context,
             schedule_policy=config.schedule_policy,
+            overlap_schedule=not config.disable_overlap_schedule,
         )
         self.scheduler = Scheduler(limits, self.allocator, self.req_rows, self.cache)
-        self.sampler = Sampler(self.vocab_size, self.device, seed=config.random_seed)
+        self.sampler = Sampler(self.vocab_size, self.device, seed=config.random_seed, token_count=tokenizer.vocab_size)
         self.counters = EngineCounters()
-        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.inbox: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()  # (kind, payload), see `_drain`
         self.reqs: dict[str, Req] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.bitmask_words = (self.vocab_size + 31) // 32
         self._eos_set = frozenset(tokenizer.eos_token_ids)
-        self.overlap = not config.disable_overlap_schedule
+        self._eos_ids = tuple(tokenizer.eos_token_ids)
         self._inflight: SampledStep | None = None  # sampled, launched, not yet delivered (overlapped loop)
         self._last_sampled: SampledStep | None = None  # its SamplingBatch is reused by a steady decode
         self.on_step: Callable[[ScheduleBatch], None] | None = None  # test hook
@@ -106,9 +129,9 @@ class EngineCore:
     def abort(self, rid: str) -> None:
         self.inbox.put(("abort", rid))
 
-    def call(self, fn: Callable[[], Any], timeout: float | None = 60) -> Any:
+    def call(self, fn: Callable[[], T], timeout: float | None = 60) -> T:
         """Run fn on the loop thread between steps and return its result (for flush, stats, checks)."""
-        box: queue.Queue = queue.Queue()
+        box: queue.Queue[tuple[bool, Any]] = queue.Queue()
         self.inbox.put(("call", (fn, box)))
         ok, value = box.get(timeout=timeout)
         if not ok:
@@ -127,7 +150,7 @@ class EngineCore:
                 log.exception("engine step failed")
                 self._fail_running(f"internal error: {type(exc).__name__}: {exc}")
         for req in list(self.reqs.values()):
-            self._finish(req, {"type": "abort", "message": "engine shut down"})
+            self._finish(req, AbortFinish("engine shut down"))
 
     def _drain(self, block: bool) -> None:
         try:
@@ -142,7 +165,7 @@ class EngineCore:
             elif kind == "abort":
                 req = self.reqs.get(payload)
                 if req is not None:
-                    self._finish(req, {"type": "abort", "message": "aborted by request"})
+                    self._finish(req, AbortFinish("aborted by request"))
             elif kind == "call":
                 fn, box = payload
                 try:
@@ -155,28 +178,34 @@ class EngineCore:
                 return
 
     def step(self) -> None:
-        if self._inflight is not None:
-            if self._overlap_step():
-                return
-            self._deliver(self._inflight)
-            self._inflight = None
-        batch = self.scheduler.schedule()
+        """Schedule, forward and sample one batch. With a step still in flight, the scheduler either overlaps
+        (the next decode is launched before that step's tokens are delivered) or asks for them first."""
+        prev = self._inflight
+        batch = self.scheduler.schedule(prev.reqs) if prev is not None else None
+        if prev is not None and batch is None:
+            self._deliver(prev)
+            self._inflight = prev = None
         if batch is None:
-            return
+            batch = self.scheduler.schedule()
+            if batch is None:
+                return
         if self.on_step is not None:
             self.on_step(batch)
+        if prev is not None:
+            self._overlapped_step(batch, prev)
+            return
         fb, rows = build_forward_batch(batch, self.scheduler, self.req_rows.req_to_token, self.device)
         logits = self._forward(batch, fb)
         self._prompt_logprobs(batch, rows, logits)
         sampled = self._sample(batch, rows, logits)
         if sampled is None:
             return
-        if self.overlap and all(r.matcher is None for r in sampled.reqs):
+        if self.scheduler.can_defer_delivery(sampled.reqs):
             self._inflight = sampled  # delivered after the next step is launched (or before a synchronous one)
         else:
             self._deliver(sampled)
 
-    def _forward(self, batch: ScheduleBatch, fb) -> torch.Tensor:
+    def _forward(self, batch: ScheduleBatch, fb: ForwardBatch) -> torch.Tensor:
         t0 = time.perf_counter()
         logits = self.runner.forward(fb)
         self.scheduler.commit(batch)
@@ -190,33 +219,18 @@ class EngineCore:
         c.preemptions = self.scheduler.num_preemptions
         return logits
 
-    def _overlap_step(self) -> bool:
-        """Launch the next decode step of the requests of the step still in flight, its inputs read on the device
+    def _overlapped_step(self, batch: ScheduleBatch, prev: SampledStep) -> None:
+        """Launch `batch`, the next decode of the in-flight step's requests, its input tokens read on the device
         from that step's samples, and only then deliver those samples: the host's per-request work overlaps the
-        device's forward (SGLang's overlap scheduler). A request whose in-flight token ends it (EOS, a stop
-        string) wastes one position; one that the token budget ends is left out. Returns False when this step
-        needs the synchronous path: requests to admit, chunks to prefill, or memory to evict or preempt for."""
-        prev = self._inflight
-        sched = self.scheduler
-        if sched.waiting and len(sched.running) < self.config.max_running_requests:
-            return False
-        pending = {r.rid for r in prev.reqs}
-        if any(r.rid not in pending for r in sched.running):
-            return False
-        keep = [j for j, r in enumerate(prev.reqs) if r.state is ReqState.RUNNING and self._token_budget(r) > 1]
-        if not keep:
-            return False
-        reqs = [prev.reqs[j] for j in keep]
-        batch = sched.schedule_decode(reqs)
-        if batch is None:
-            return False
-        if self.on_step is not None:
-            self.on_step(batch)
+        device's forward (SGLang's overlap scheduler). The new samples stay in flight in turn."""
+        keep = batch.in_flight_rows
+        assert keep is not None, "an overlapped step's batch names its rows of the in-flight step"
         everyone = len(keep) == len(prev.reqs)
         ids = prev.out.next_token_ids
         if not everyone:
             ids = ids.index_select(0, host_to_device(np.asarray(keep, dtype=np.int64), ids.device))
-        fb, rows = build_forward_batch(batch, sched, self.req_rows.req_to_token, self.device, device_ids=ids)
+        fb, rows = build_forward_batch(batch, self.scheduler, self.req_rows.req_to_token, self.device,
+                                       device_ids=ids)
         logits = self._forward(batch, fb)
         self.counters.overlapped_steps += 1
         sb = prev.sb if everyone else prev.sb.filter(keep)
@@ -225,7 +239,6 @@ class EngineCore:
         self._inflight = sampled
         if sampled is not None and not any(r.state is ReqState.RUNNING for r in sampled.reqs):
             self._inflight = None  # every request ended with the tokens just delivered: nothing to wait for
-        return True
 
     # --------------------------------------------------------- outputs
     def _prompt_logprobs(self, batch: ScheduleBatch, rows: LogitRows, logits: torch.Tensor) -> None:
@@ -247,7 +260,7 @@ class EngineCore:
             nxt = torch.from_numpy(req.origin_ids[first_pos + 1 : first_pos + 1 + n_prompt])
             scored = token_logprobs(logits[lo : lo + n_prompt], nxt, top_k=req.top_logprobs_num)
             req.input_token_logprobs.extend(zip(scored.logprobs.tolist(), nxt.tolist()))
-            if scored.top_values is not None:
+            if scored.top_values is not None and scored.top_ids is not None:
                 for v, ix in zip(scored.top_values.tolist(), scored.top_ids.tolist()):
                     req.input_top_logprobs.append(list(zip(v, ix)))
 
@@ -259,8 +272,8 @@ class EngineCore:
         for i, it in enumerate(batch.items):
             if not it.sample:
                 continue
-            if self._token_budget(it.req) <= 0:  # max_new_tokens=0: prefill (and score) only
-                self._finish(it.req, {"type": "length", "matched": None})
+            if it.req.output_budget(self.max_context) <= 0:  # max_new_tokens=0: prefill (and score) only
+                self._finish(it.req, LengthFinish())
             else:
                 sel.append(i)
         if not sel:
@@ -290,9 +303,11 @@ class EngineCore:
         if sampled.ready is not None:
             sampled.ready.synchronize()
         token_t, logprob_t, top_v, top_i = sampled.host
+        assert token_t is not None, "every sampled step has its tokens"
         tokens = token_t.tolist()
         logprobs = logprob_t.tolist() if logprob_t is not None else None
-        tops = [list(zip(v, i)) for v, i in zip(top_v.tolist(), top_i.tolist())] if top_v is not None else None
+        tops = ([list(zip(v, i)) for v, i in zip(top_v.tolist(), top_i.tolist())]
+                if top_v is not None and top_i is not None else None)
         self.counters.sample_seconds += time.perf_counter() - t0
         for j, req in enumerate(sampled.reqs):
             try:
@@ -300,7 +315,7 @@ class EngineCore:
                                tops[j][: req.top_logprobs_num] if tops else None)
             except Exception as exc:  # one failing request never takes its batch down
                 log.exception("request %s failed", req.rid)
-                self._finish(req, {"type": "abort", "message": f"{type(exc).__name__}: {exc}"})
+                self._finish(req, AbortFinish(f"{type(exc).__name__}: {exc}"))
 
     def _sampling_batch(self, reqs: list[Req]) -> tuple[SamplingBatch, list[int]]:
         """The sampling tensors of `reqs` and the tokens each row will have counted after this step's sample:
@@ -312,24 +327,26 @@ class EngineCore:
             sb = last.sb
         else:
             sb = SamplingBatch.build(
-                [r.params for r in reqs], self.vocab_size, self.device, eos_token_ids=self.tokenizer.eos_token_ids,
+                [r.params for r in reqs], self.vocab_size, self.device, eos_token_ids=self._eos_ids,
                 prompt_ids=[r.origin_ids for r in reqs], output_ids=[r.output_ids for r in reqs],
                 return_logprob=[r.return_logprob for r in reqs],
                 top_logprobs_num=[r.top_logprobs_num for r in reqs])
         return sb, [n + 1 for n in lens]
 
     def _grammar_masks(self, reqs: list[Req]) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        rows = [j for j, r in enumerate(reqs) if r.matcher is not None]
-        if not rows:
+        matchers = [(j, r.matcher) for j, r in enumerate(reqs) if r.matcher is not None]
+        if not matchers:
             return None, None
+        assert self.vocab is not None, "a request with a grammar was compiled against the engine's vocabulary"
         # Ids past the tokenizer's vocabulary (padding rows of the embedding) stay 0: never allowed.
-        mask = np.zeros((len(rows), self.bitmask_words), dtype=np.int32)
+        mask = np.zeros((len(matchers), self.bitmask_words), dtype=np.int32)
         width = bitmask_words(len(self.vocab.token_bytes))
-        for k, j in enumerate(rows):
-            reqs[j].matcher.fill_mask(mask[k, :width])
+        for k, (_, matcher) in enumerate(matchers):
+            matcher.fill_mask(mask[k, :width])
+        rows = [j for j, _ in matchers]
         return torch.from_numpy(mask).to(self.device), torch.tensor(rows, dtype=torch.int64, device=self.device)
 
-    def _on_token(self, req: Req, token: int, logprob: float | None, top: list | None) -> None:
+    def _on_token(self, req: Req, token: int, logprob: float | None, top: TopLogprobs) -> None:
         if req.state is not ReqState.RUNNING:
             return
         if req.first_token_time is None:
@@ -359,12 +376,13 @@ class EngineCore:
         token is the tokenizer's own choice (e.g. `"` + forced `name": ` becomes `"name` `":` ` `), not a split
         the model would never produce. The sampled token has no KV yet, so replacing it costs nothing."""
         m = req.matcher
+        assert m is not None, "only a constrained request jumps forward"
         if not self.config.enable_jump_forward or m.is_terminated():
             return [token]
         forced = _whole_utf8_prefix(m.forced_suffix())
         if not forced:
             return [token]
-        budget = self._token_budget(req)  # the sampled token counts against it too
+        budget = req.output_budget(self.max_context)  # the sampled token counts against it too
         try:
             joint = (self.tokenizer.token_bytes(token) + forced).decode("utf-8")
         except UnicodeDecodeError:  # the sampled token ends inside a character: keep it, jump after it
@@ -388,7 +406,7 @@ class EngineCore:
         return self._count_jump(req, [token] + ids[: self._advance_all(m, ids)])
 
     @staticmethod
-    def _advance_all(matcher, ids: list[int]) -> int:
+    def _advance_all(matcher: Matcher, ids: list[int]) -> int:
         """Advance through `ids` until one is refused; returns how many were taken."""
         for n, t in enumerate(ids):
             if not matcher.advance(t):
@@ -400,12 +418,6 @@ class EngineCore:
         self.counters.jump_forward_tokens += len(ids) - 1
         return ids
 
-    def _token_budget(self, req: Req) -> int:
-        limit = self.max_context - req.prompt_len
-        if req.params.max_new_tokens is not None:
-            limit = min(limit, req.params.max_new_tokens)
-        return limit - len(req.output_ids)
-
     def _append(self, req: Req, ids: list[int]) -> None:
         """Record new output tokens, check stop conditions, stream the text delta, finish if done.
 
@@ -413,17 +425,19 @@ class EngineCore:
         match); otherwise the output is detokenized once, at the finish.
         """
         self.counters.generated_tokens += len(ids)
-        finish = None
+        checker = req.stop_checker
+        assert checker is not None, "the engine front gives every request a stop checker"
+        finish: FinishReason | None = None
         kept = 0
         for t in ids:
             req.output_ids.append(t)
             kept += 1
-            finish = req.stop_checker.check_token(t, len(req.output_ids))
+            finish = checker.check_token(t, len(req.output_ids))
             # The matcher has already consumed all of `ids` (jump-forward tokens included): ask it only at the end.
             if finish is None and kept == len(ids) and req.matcher is not None and req.matcher.is_terminated():
-                finish = {"type": "stop", "matched": t if t in self._eos_set else None}
-            if finish is None and self._token_budget(req) <= 0:
-                finish = {"type": "length", "matched": None}
+                finish = StopFinish(t if t in self._eos_set else None)
+            if finish is None and req.output_budget(self.max_context) <= 0:
+                finish = LengthFinish()
             if finish is not None:
                 break
         if not (req.stream or req.params.stop):
@@ -431,16 +445,18 @@ class EngineCore:
                 self._finish(req, finish)
             return
         text = self._text_so_far(req, finished=finish is not None)
-        if finish is None and req.stop_checker.stop_string_hit is not None:
-            finish = {"type": "stop", "matched": req.stop_checker.stop_string_hit}
+        if finish is None and checker.stop_string_hit is not None:
+            finish = StopFinish(checker.stop_string_hit)
             text += self._text_so_far(req, finished=True)
         if finish is not None:
             self._finish(req, finish, delta_text=text, delta_ids=ids[:kept])
         elif req.stream and (text or ids):
-            req.sink.put({"text": text, "output_ids": ids[:kept], "finished": False, "meta_info": None})
+            assert req.sink is not None, "a streaming caller reads a sink"
+            req.sink.put(StreamChunk(text, ids[:kept]))
 
     def _text_so_far(self, req: Req, finished: bool) -> str:
         """Detokenize the output tokens not yet turned into text (through the stop checker)."""
+        assert req.stop_checker is not None and req.detok is not None, "set by the engine front"
         new = req.output_ids[req.text_pos :]
         req.text_pos = len(req.output_ids)
         req.text_done = finished
@@ -449,7 +465,7 @@ class EngineCore:
         return text
 
     # ---------------------------------------------------------------- finish
-    def _finish(self, req: Req, reason: dict, delta_text: str = "", delta_ids: list[int] | None = None) -> None:
+    def _finish(self, req: Req, reason: FinishReason, delta_text: str = "", delta_ids: list[int] | None = None) -> None:
         if req.state is ReqState.FINISHED:
             return
         if not req.text_done:
@@ -459,43 +475,41 @@ class EngineCore:
         req.finish_reason = reason
         c = self.counters
         c.finished += 1
-        c.aborted += reason["type"] == "abort"
+        c.aborted += isinstance(reason, AbortFinish)
         c.prompt_tokens += req.prompt_len
         c.cached_tokens += req.cached_tokens
         if req.sink is not None:
             # A streaming caller has had every earlier delta; any other caller gets the whole output now.
             text = delta_text if req.stream else req.emitted_text
             ids = (delta_ids or []) if req.stream else list(req.output_ids)
-            req.sink.put({"text": text, "output_ids": ids, "finished": True, "meta_info": self.meta_info(req)})
+            req.sink.put(StreamChunk(text, ids, self.meta_info(req, reason)))
 
-    def meta_info(self, req: Req) -> dict:
+    @staticmethod
+    def meta_info(req: Req, reason: FinishReason) -> MetaInfo:
+        """The report of `req`, finished for `reason`."""
         now = time.perf_counter()
-        info = {
-            "id": req.rid,
-            "prompt_tokens": req.prompt_len,
-            "completion_tokens": len(req.output_ids),
-            "cached_tokens": req.cached_tokens,
-            "finish_reason": req.finish_reason,
-            "e2e_latency": now - req.created,
-            "decode_steps_saved": req.decode_steps_saved,
-        }
-        if req.first_token_time is not None:
-            info["ttft"] = req.first_token_time - req.created
-        relaxed = getattr(req.grammar, "relaxations", None)
-        if relaxed:  # what the JSON Schema asked that the grammar could not enforce exactly
-            info["constraint_relaxations"] = list(relaxed)
-        if req.return_logprob:
-            info["input_token_logprobs"] = req.input_token_logprobs
-            info["output_token_logprobs"] = req.output_token_logprobs
-            if req.top_logprobs_num:
-                info["input_top_logprobs"] = req.input_top_logprobs
-                info["output_top_logprobs"] = req.output_top_logprobs
-        return info
+        logprobs = req.return_logprob
+        tops = logprobs and req.top_logprobs_num > 0
+        return MetaInfo(
+            id=req.rid,
+            prompt_tokens=req.prompt_len,
+            completion_tokens=len(req.output_ids),
+            cached_tokens=req.cached_tokens,
+            finish_reason=reason,
+            e2e_latency=now - req.created,
+            decode_steps_saved=req.decode_steps_saved,
+            ttft=None if req.first_token_time is None else req.first_token_time - req.created,
+            constraint_relaxations=req.grammar.relaxations if req.grammar is not None else (),
+            input_token_logprobs=req.input_token_logprobs if logprobs else None,
+            output_token_logprobs=req.output_token_logprobs if logprobs else None,
+            input_top_logprobs=req.input_top_logprobs if tops else None,
+            output_top_logprobs=req.output_top_logprobs if tops else None,
+        )
 
     def _fail_running(self, message: str) -> None:
         self._inflight = None
         for req in list(self.scheduler.running):
-            self._finish(req, {"type": "abort", "message": message})
+            self._finish(req, AbortFinish(message))
 
     # ------------------------------------------------------------ inspection
     def flush_cache(self) -> bool:

@@ -1,4 +1,4 @@
-"""KV memory and its bookkeeping, as three separate things (STYLE.md lesson 3):
+"""KV memory and its bookkeeping, kept as three separate things so that none knows the others' business:
 
     KVPool          the memory: per-layer K and V buffers [num_slots, num_kv_heads, head_dim]; a slot holds one
                     token's K/V of every layer. Slot 0 is never handed out: padded rows write there harmlessly.
@@ -11,7 +11,12 @@ Reuse (which slots hold which prefix) is the radix tree's job, in radixgen.radix
 
 from __future__ import annotations
 
+import math
+import mmap
+import warnings
+
 import numpy as np
+import numpy.typing as npt
 import torch
 
 from radixgen.runtime.config import ModelConfig
@@ -30,8 +35,8 @@ class KVPool:
         self.dtype = dtype
         self.device = torch.device(device)
         shape = (num_slots, num_kv_heads, head_dim)
-        self.k_buffers = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
-        self.v_buffers = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.k_buffers = [_zeroed(shape, dtype, self.device) for _ in range(num_layers)]
+        self.v_buffers = [_zeroed(shape, dtype, self.device) for _ in range(num_layers)]
 
     @classmethod
     def for_model(cls, config: ModelConfig, num_slots: int, dtype: torch.dtype,
@@ -45,6 +50,17 @@ class KVPool:
 
     def nbytes(self) -> int:
         return sum(b.numel() * b.element_size() for b in self.k_buffers + self.v_buffers)
+
+
+def _zeroed(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A zero tensor. On the CPU it lives in an anonymous memory map: the OS hands out zero pages as they are
+    first written, so a large pool costs memory only for the slots in use (torch.zeros would touch every page)."""
+    if device.type != "cpu":
+        return torch.zeros(shape, dtype=dtype, device=device)
+    nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    with warnings.catch_warnings():  # the map is writable; torch warns about buffers in general
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.frombuffer(mmap.mmap(-1, max(nbytes, 1)), dtype=dtype, count=math.prod(shape)).view(shape)
 
 
 CPU_KV_BUDGET_BYTES = 1 << 30  # the CPU pool's default size (memory there is shared with everything else)
@@ -85,7 +101,7 @@ class SlotAllocator:
     def num_free(self) -> int:
         return self._num_free
 
-    def alloc(self, n: int) -> np.ndarray | None:
+    def alloc(self, n: int) -> npt.NDArray[np.int64] | None:
         """n free slot indices (int64), or None when fewer than n are free (nothing is taken then)."""
         if n < 0:
             raise ValueError(f"cannot allocate {n} slots")
@@ -120,7 +136,7 @@ class ReqToTokenPool:
         self.req_to_token = torch.zeros((max_requests, max_context), dtype=torch.int32, device=device)
         self._free_rows = list(range(max_requests - 1, -1, -1))
         # How many times each row was handed out: (row, allocations[row]) names one holder, so state kept per row
-        # (runtime/decode_kv_copies.py) is never read for the next request that gets the row.
+        # (runtime/attention/decode_kv_copies.py) is never read for the next request that gets the row.
         self.allocations = np.zeros(max_requests, dtype=np.int64)
 
     @property

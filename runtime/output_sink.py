@@ -3,20 +3,29 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import queue
-from typing import Any
+from typing import Protocol
+
+from radixgen.runtime.outputs import StreamChunk
+
+
+class OutputSink(Protocol):
+    """What the engine loop needs of a sink: `put` a chunk from the loop thread, never blocking."""
+
+    def put(self, chunk: StreamChunk) -> None: ...
 
 
 class SyncSink:
     """Chunks delivered to a blocking reader (queue.Queue)."""
 
     def __init__(self) -> None:
-        self.queue: queue.Queue = queue.Queue()
+        self.queue: queue.Queue[StreamChunk] = queue.Queue()
 
-    def put(self, chunk: dict[str, Any]) -> None:
+    def put(self, chunk: StreamChunk) -> None:
         self.queue.put(chunk)
 
-    def get(self, timeout: float | None = None) -> dict[str, Any]:
+    def get(self, timeout: float | None = None) -> StreamChunk:
         return self.queue.get(timeout=timeout)
 
 
@@ -25,13 +34,11 @@ class AsyncSink:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self.queue: asyncio.Queue = asyncio.Queue()
+        self.queue: asyncio.Queue[StreamChunk] = asyncio.Queue()
 
-    def put(self, chunk: dict[str, Any]) -> None:
-        try:
+    def put(self, chunk: StreamChunk) -> None:
+        with contextlib.suppress(RuntimeError):  # the caller's loop is closed: nobody is listening any more
             self.loop.call_soon_threadsafe(self.queue.put_nowait, chunk)
-        except RuntimeError:
-            pass  # the caller's loop is closed: nobody is listening any more
 
-    async def get(self) -> dict[str, Any]:
+    async def get(self) -> StreamChunk:
         return await self.queue.get()

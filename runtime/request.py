@@ -4,14 +4,23 @@ from __future__ import annotations
 
 import enum
 import time
+from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from radixgen.grammars import Grammar, Matcher
+    from radixgen.radix import RadixNode
+    from radixgen.runtime.output_sink import OutputSink
+    from radixgen.runtime.outputs import FinishReason, TokenLogprob, TopLogprobs
+    from radixgen.runtime.sampling_params import SamplingParams
+    from radixgen.runtime.stop_checker import Detokenizer, StopChecker
 
 
 class ReqState(enum.Enum):
-    PENDING = "pending"  # waiting for its grammar to compile (never blocks the engine loop)
     WAITING = "waiting"  # queued for admission
     RUNNING = "running"  # holds a req_to_token row and KV slots
     FINISHED = "finished"
@@ -22,23 +31,25 @@ class Req:
     """Scheduler-side request.
 
     Lengths (positions index `fill_ids = origin_ids + output_ids`):
-        tree_len   leading positions whose KV slots belong to the radix tree (locked through `node`)
-        kv_len     positions whose KV is computed and held in the request's req_to_token row
-                   (tree_len <= kv_len <= len(fill_ids)); slots in [tree_len, kv_len) are owned by this request
+        tree_len    leading positions whose KV slots belong to the radix tree (locked through `node`)
+        kv_len      positions whose KV is computed and held in the request's req_to_token row
+                    (tree_len <= kv_len <= len(fill_ids)); slots in [tree_len, kv_len) are owned by this request
+        synced_len  leading positions whose entries in the device req_to_token row are current (kept by the
+                    scheduler: a scheduled item rewrites them from min(synced_len, start))
     The next forward computes fill_ids[kv_len : kv_len + extend].
     """
 
     rid: str
-    origin_ids: np.ndarray  # int64 prompt ids
-    params: Any  # SamplingParams
-    namespace: Any = None
+    origin_ids: npt.NDArray[np.int64]  # prompt ids
+    params: SamplingParams
+    namespace: Hashable = None  # the prefix cache's namespace (radixgen.radix.Namespace)
     output_ids: list[int] = field(default_factory=list)
     state: ReqState = ReqState.WAITING
     req_pool_idx: int | None = None
-    node: Any = None  # locked radix node covering [0, tree_len)
+    node: RadixNode | None = None  # locked radix node covering [0, tree_len)
     tree_len: int = 0
     kv_len: int = 0
-    synced_len: int = 0  # positions of the device req_to_token row known to be current
+    synced_len: int = 0
     cached_tokens: int = 0  # prompt tokens served from the cache at first admission
     admitted_once: bool = False
     admit_seq: int = 0  # admission order; preemption picks the largest
@@ -46,21 +57,20 @@ class Req:
     logprob_start_len: int | None = None
     return_logprob: bool = False
     top_logprobs_num: int = 0
-    input_token_logprobs: list = field(default_factory=list)
-    input_top_logprobs: list = field(default_factory=list)
-    output_token_logprobs: list = field(default_factory=list)
-    output_top_logprobs: list = field(default_factory=list)
+    input_token_logprobs: list[TokenLogprob] = field(default_factory=list)
+    input_top_logprobs: list[TopLogprobs] = field(default_factory=list)
+    output_token_logprobs: list[TokenLogprob] = field(default_factory=list)
+    output_top_logprobs: list[TopLogprobs] = field(default_factory=list)
     # Constrained decoding.
-    grammar: Any = None
-    matcher: Any = None
+    grammar: Grammar | None = None
+    matcher: Matcher | None = None
     decode_steps_saved: int = 0
     # Finish.
-    finish_reason: dict | None = None
-    abort_requested: bool = False
+    finish_reason: FinishReason | None = None
     # Streaming/output plumbing (set by the engine front).
-    sink: Any = None
-    detok: Any = None
-    stop_checker: Any = None
+    sink: OutputSink | None = None
+    detok: Detokenizer | None = None
+    stop_checker: StopChecker | None = None
     emitted_text: str = ""
     stream: bool = False  # a caller reads per-token chunks (else text is produced once, at the finish)
     text_pos: int = 0  # output tokens already turned into text
@@ -72,7 +82,7 @@ class Req:
     def fill_len(self) -> int:
         return len(self.origin_ids) + len(self.output_ids)
 
-    def fill_ids(self) -> np.ndarray:
+    def fill_ids(self) -> npt.NDArray[np.int64]:
         if not self.output_ids:
             return self.origin_ids
         return np.concatenate([self.origin_ids, np.asarray(self.output_ids, dtype=np.int64)])
@@ -92,3 +102,10 @@ class Req:
         if self.logprob_start_len is None:
             return None
         return max(self.logprob_start_len - 1, 0)
+
+    def output_budget(self, max_context: int) -> int:
+        """Output tokens this request may still add: up to max_new_tokens and the room left in the context."""
+        limit = max_context - self.prompt_len
+        if self.params.max_new_tokens is not None:
+            limit = min(limit, self.params.max_new_tokens)
+        return limit - len(self.output_ids)

@@ -1,4 +1,4 @@
-"""One engine step's sampled tokens on their way to the host (see `EngineCore._overlap_step`)."""
+"""One engine step's sampled tokens on their way to the host (see `EngineCore._overlapped_step`)."""
 
 from __future__ import annotations
 

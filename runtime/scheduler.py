@@ -1,11 +1,16 @@
 """Continuous-batching scheduler: which tokens of which requests the next forward computes.
 
-Policy code only: ints, numpy arrays and handles (STYLE.md lesson 2). Each step builds one batch of every
-running request's next tokens (decodes cost one token each) plus prefill chunks of waiting or partly
-prefilled requests, up to a token budget (chunked prefill). KV memory comes from the slot allocator; when it
-runs short the radix tree evicts unlocked leaves, and when that is not enough the newest running request is
-preempted: its computed KV goes into the tree (so re-admission often hits the cache) and it is re-queued at
-the front with its generated tokens kept, never dropped.
+Policy code only: ints, numpy arrays and handles, never tensors, so it runs and is tested on the CPU alone.
+Each step builds one batch of every running request's next tokens (decodes cost one token each) plus prefill
+chunks of waiting or partly prefilled requests, up to a token budget (chunked prefill). KV memory comes from
+the slot allocator; when it runs short the radix tree evicts unlocked leaves, and when that is not enough the
+newest running request is preempted: its computed KV goes into the tree (so re-admission often hits the
+cache) and it is re-queued at the front with its generated tokens kept, never dropped.
+
+With the overlap schedule on, a step's sampled tokens may still be on the device when the next step is
+scheduled: `schedule(in_flight)` then builds that step's decode only (its input tokens read on the device), so
+it launches before the samples reach the host; it declines, and the loop delivers the samples and schedules
+normally, whenever admission, prefill chunks, eviction or preemption need the host's token ids.
 
 Slot ownership invariant: every KV slot is exactly one of free (allocator), owned by the radix tree, or owned
 by one running request (positions [tree_len, kv_len) of its slot buffer).
@@ -15,12 +20,21 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 
+from radixgen.radix import MatchResult, Namespace, PrefixCache
 from radixgen.runtime.request import Req, ReqState
 from radixgen.runtime.slot_buffer import SlotBuffer
+
+if TYPE_CHECKING:
+    from radixgen.runtime.kv_pool import ReqToTokenPool, SlotAllocator
+
+SlotArray = npt.NDArray[np.int64]
 
 
 @dataclass
@@ -29,6 +43,7 @@ class ScheduledReq:
     start: int  # first position computed (== req.kv_len when scheduled)
     extend: int  # positions computed this step
     sample: bool  # the step reaches the end of fill_ids: sample the next token from the last row
+    sync_from: int  # the device req_to_token row is rewritten over [sync_from, start + extend)
     logits_from: int | None = None  # offset within the extend from which every row needs logits (prompt logprobs)
 
 
@@ -36,6 +51,9 @@ class ScheduledReq:
 class ScheduleBatch:
     items: list[ScheduledReq] = field(default_factory=list)
     preempted: list[Req] = field(default_factory=list)
+    # An overlapped decode: item i's input token is row in_flight_rows[i] of the in-flight step's samples, still
+    # on the device (the host's fill_ids are one token short). None: every input token is on the host.
+    in_flight_rows: list[int] | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -57,16 +75,19 @@ class SchedulerLimits:
     # Defer a request when another one is computing at least this many tokens of its uncached prefix: it waits
     # one step and takes them from the cache (prefill dominates; even a short shared chunk is worth it).
     share_defer_threshold: int = 8
+    # Launch each decode step before the previous step's sampled tokens reach the host (see the module doc).
+    overlap_schedule: bool = False
 
 
 class Scheduler:
     """Waiting / running queues over a slot allocator, a req_to_token row pool and a prefix cache."""
 
-    def __init__(self, limits: SchedulerLimits, allocator, req_rows, prefix_cache) -> None:
+    def __init__(self, limits: SchedulerLimits, allocator: SlotAllocator, req_rows: ReqToTokenPool,
+                 prefix_cache: PrefixCache) -> None:
         self.limits = limits
-        self.allocator = allocator  # alloc(n) -> np.int64 array | None, free(slots), num_free
-        self.req_rows = req_rows  # alloc() -> int | None, free(row)
-        self.cache = prefix_cache  # RadixCache or NoPrefixCache
+        self.allocator = allocator
+        self.req_rows = req_rows
+        self.cache = prefix_cache
         self.waiting: deque[Req] = deque()
         self.running: list[Req] = []
         self.slots: dict[str, SlotBuffer] = {}
@@ -81,11 +102,11 @@ class Scheduler:
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
 
-    def slot_view(self, req: Req, start: int = 0, stop: int | None = None) -> np.ndarray:
+    def slot_view(self, req: Req, start: int = 0, stop: int | None = None) -> SlotArray:
         return self.slots[req.rid].view(start, stop)
 
     # ------------------------------------------------------------- allocation
-    def _alloc(self, n: int) -> np.ndarray | None:
+    def _alloc(self, n: int) -> SlotArray | None:
         if n == 0:
             return np.zeros(0, dtype=np.int64)
         slots = self.allocator.alloc(n)
@@ -97,11 +118,15 @@ class Scheduler:
             slots = self.allocator.alloc(n)
         return slots
 
-    def available_tokens(self) -> int:
-        return self.allocator.num_free + self.cache.evictable_size()
-
     # ------------------------------------------------------------ the step
-    def schedule(self) -> ScheduleBatch | None:
+    def schedule(self, in_flight: Sequence[Req] = ()) -> ScheduleBatch | None:
+        """The next step's batch, or None when there is nothing to compute.
+
+        `in_flight`: the requests of the step whose sampled tokens are still on the device. The batch is then
+        their next decode (`in_flight_rows` set), or None when that step's tokens must be delivered first; the
+        caller then delivers them and calls again without `in_flight`."""
+        if in_flight:
+            return self._schedule_overlapped(in_flight)
         batch = ScheduleBatch()
         budget = self.limits.max_prefill_tokens
         chunk = self.limits.chunked_prefill_size if self.limits.chunked_prefill_size > 0 else 1 << 62
@@ -130,36 +155,59 @@ class Scheduler:
             self._admit(batch, budget, chunk)
         return batch if batch.items else None
 
-    def schedule_decode(self, reqs: list[Req]) -> ScheduleBatch | None:
-        """One decode position for each of `reqs`, in that order, at its kv_len: the overlapped loop's step,
-        whose input tokens (the previous step's samples) are still on the device, so the host's fill_ids are one
-        token short. One allocation for the whole batch; None when memory is short (the caller then takes the
-        synchronous path, where `schedule` evicts and preempts)."""
-        slots = self._alloc(len(reqs))
+    def _schedule_overlapped(self, in_flight: Sequence[Req]) -> ScheduleBatch | None:
+        """One decode position, at its kv_len, for each in-flight request that is still running and may add a
+        token after the one in flight (one whose in-flight token ends it by EOS or a stop string wastes that
+        position). None when the synchronous path is needed: requests to admit, running requests outside the
+        in-flight step (chunks to prefill), or memory short (evicting is tried; preempting is not)."""
+        if self.waiting and len(self.running) < self.limits.max_running_requests:
+            return None
+        pending = {r.rid for r in in_flight}
+        if any(r.rid not in pending for r in self.running):
+            return None
+        max_context = self.limits.max_context
+        keep = [j for j, r in enumerate(in_flight)
+                if r.state is ReqState.RUNNING and r.output_budget(max_context) > 1]
+        if not keep:
+            return None
+        slots = self._alloc(len(keep))
         if slots is None:
             return None
-        batch = ScheduleBatch()
-        for req, slot in zip(reqs, np.split(slots, len(reqs))):
-            buf = self.slots[req.rid]
-            buf.truncate(req.kv_len)
-            buf.extend(slot)
-            batch.items.append(ScheduledReq(req, req.kv_len, 1, True))
+        batch = ScheduleBatch(in_flight_rows=keep)
+        for j, slot in zip(keep, np.split(slots, len(keep))):
+            req = in_flight[j]
+            batch.items.append(ScheduledReq(req, req.kv_len, 1, True, self._place(req, slot)))
         return batch
 
-    def _extend(self, batch: ScheduleBatch, req: Req, slots: np.ndarray) -> None:
+    def can_defer_delivery(self, reqs: Sequence[Req]) -> bool:
+        """May the next step be scheduled while these requests' sampled tokens are still on the device? Only
+        with the overlap schedule on and no grammar among them (a matcher must see each token before it fills
+        the next mask)."""
+        return self.limits.overlap_schedule and all(r.matcher is None for r in reqs)
+
+    def _extend(self, batch: ScheduleBatch, req: Req, slots: SlotArray) -> None:
         start, n = req.kv_len, len(slots)
-        buf = self.slots[req.rid]
-        buf.truncate(start)
-        buf.extend(slots)
+        sync_from = self._place(req, slots)
         logits_from = None
         if req.logprob_start_len is not None and req.output_ids == [] and start + n > req.logprob_start_len - 1:
             logits_from = max(req.logprob_start_len - 1 - start, 0)
-        batch.items.append(ScheduledReq(req, start, n, start + n == req.fill_len, logits_from))
+        batch.items.append(ScheduledReq(req, start, n, start + n == req.fill_len, sync_from, logits_from))
+
+    def _place(self, req: Req, slots: SlotArray) -> int:
+        """Give positions [kv_len, kv_len + len(slots)) these slots; returns the first position whose device
+        req_to_token entry the step must (re)write, the row then being current through the new positions."""
+        start = req.kv_len
+        buf = self.slots[req.rid]
+        buf.truncate(start)
+        buf.extend(slots)
+        sync_from = min(req.synced_len, start)
+        req.synced_len = start + len(slots)
+        return sync_from
 
     def _admit(self, batch: ScheduleBatch, budget: int, chunk: int) -> None:
         lim = self.limits
         order = list(self.waiting)
-        matches: dict[str, object] = {}
+        matches: dict[str, MatchResult] = {}
         if lim.schedule_policy == "lpm" and len(order) <= lim.lpm_queue_limit:
             for req in order:
                 matches[req.rid] = self._match(req)
@@ -172,8 +220,6 @@ class Scheduler:
         for req in order:
             if budget <= 0 or len(self.running) >= lim.max_running_requests:
                 break
-            if req.abort_requested:
-                continue
             m = self._match(req)  # fresh: eviction for earlier admissions may have changed the tree
             # In-queue prefix sharing: if another request is computing a longer shared prefix right now,
             # wait one step and take it from the cache instead of computing it again.
@@ -209,7 +255,7 @@ class Scheduler:
         if admitted:
             self.waiting = deque(r for r in self.waiting if r.rid not in admitted)
 
-    def _match(self, req: Req):
+    def _match(self, req: Req) -> MatchResult:
         ids = req.fill_ids()
         limit = req.fill_len - 1  # always compute at least one token: its logits are sampled
         floor = req.scoring_floor
@@ -237,6 +283,7 @@ class Scheduler:
         m = self.cache.match_prefix(ids[: res.stored_len], namespace=req.namespace)
         buf.replace(0, np.asarray(m.slots, dtype=np.int64))
         self.cache.lock(m.node)
+        assert req.node is not None, "a running request holds its tree node"
         self.cache.unlock(req.node)
         req.node, req.tree_len = m.node, m.length
         req.synced_len = 0  # row entries were replaced by the tree's slots
@@ -259,6 +306,7 @@ class Scheduler:
         tail = buf.view(max(res.stored_len, req.tree_len))
         if len(tail):
             self.allocator.free(tail.copy())
+        assert req.node is not None and req.req_pool_idx is not None, "a running request holds a node and a row"
         self.cache.unlock(req.node)
         self.req_rows.free(req.req_pool_idx)
         req.node, req.req_pool_idx, req.tree_len, req.kv_len = None, None, 0, 0
@@ -282,12 +330,6 @@ class Scheduler:
     def abort(self, req: Req) -> None:
         self.finish(req)
 
-    # ---------------------------------------------------------------- checks
-    def owned_slot_count(self) -> int:
-        return sum(r.kv_len - r.tree_len for r in self.running) + sum(
-            len(self.slots[r.rid]) - r.kv_len for r in self.running
-        )
-
 
 class _InflightPrefixes:
     """Token sequences being computed this step, to detect waiting requests that share their prefix.
@@ -297,7 +339,7 @@ class _InflightPrefixes:
 
     def __init__(self, enabled: bool = True) -> None:
         self._enabled = enabled
-        self._seqs: list[tuple[object, np.ndarray]] = []
+        self._seqs: list[tuple[Namespace, npt.NDArray[np.int64]]] = []
 
     def add(self, req: Req) -> None:
         if self._enabled:

@@ -4,11 +4,11 @@ Two checks, called by the engine for every new output token (the engine itself o
 it also knows the room left in the context):
 
     check_token(token_id, num_output_tokens)   a stop token: EOS (unless ignore_eos) or one of stop_token_ids
-                                               -> {"type": "stop", "matched": token_id}
+                                               -> StopFinish(token_id)
     feed_text(detok, ids, finished)            the text of the new ids (through the request's incremental
                                                detokenizer), scanned for stop strings matched across token
-                                               boundaries; sets `stop_string_hit` (-> {"type": "stop",
-                                               "matched": the string}) and returns the text to emit
+                                               boundaries; sets `stop_string_hit` (the engine then finishes
+                                               with StopFinish(the string)) and returns the text to emit
 
 min_new_tokens: a stop token counts only after min_new_tokens other tokens (the sampler blocks it before, so
 this matters only for forced tokens); a stop string counts once min_new_tokens tokens exist, the one that
@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Protocol
 
+from radixgen.runtime.outputs import StopFinish
 from radixgen.runtime.sampling_params import SamplingParams
 
 
@@ -64,12 +65,12 @@ class StopChecker:
     def finished(self) -> bool:
         return self.matched_token is not None or self.stop_string_hit is not None
 
-    def check_token(self, token_id: int, num_output_tokens: int) -> dict | None:
+    def check_token(self, token_id: int, num_output_tokens: int) -> StopFinish | None:
         """Is `token_id`, the `num_output_tokens`-th output token, a stop token? Call for every token, first."""
         self.num_tokens = num_output_tokens
         if num_output_tokens > self.min_new_tokens and token_id in self.stop_token_ids:
             self.matched_token = token_id
-            return {"type": "stop", "matched": token_id}
+            return StopFinish(token_id)
         return None
 
     def feed_text(self, detok: Detokenizer, ids: Sequence[int], finished: bool = False) -> str:

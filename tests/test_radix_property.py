@@ -1,10 +1,10 @@
 """Property tests: random programs of insert/match/lock/unlock/evict/reset against a naive oracle.
 
-The oracle is a dict of every cached page-aligned prefix (per namespace) -> the slots of its last page. It predicts match
-and insert exactly; for evict, whose choice depends on LRU ticks, it checks what any correct eviction must
-satisfy: only cached, unlocked tokens are freed, what remains is still prefix-closed, and enough is freed. The
-test also plays the caller, so it checks that no slot ever leaks or is held twice. check_integrity() runs after
-every step. (LRU order itself is pinned by the unit tests.)
+The oracle is a dict of every cached page-aligned prefix (per namespace) -> the slots of its last page. It
+predicts match and insert exactly; for evict, whose choice depends on LRU ticks, it checks what any correct
+eviction must satisfy: only cached, unlocked tokens are freed, what remains is still prefix-closed, and enough
+is freed. The test also plays the caller, so it checks that no slot ever leaks or is held twice.
+check_integrity() runs after every step. (LRU order itself is pinned by the unit tests.)
 """
 
 from __future__ import annotations

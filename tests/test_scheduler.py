@@ -79,7 +79,7 @@ def test_prefill_budget_and_chunking():
 
 
 def test_decodes_run_beside_prefill_chunks():
-    s, alloc, tree = make(max_prefill=16, chunk=16)
+    s, _, _ = make(max_prefill=16, chunk=16)
     a = req("a", range(8), max_new=10)
     s.add(a)
     s.commit(s.schedule())
@@ -125,7 +125,7 @@ def test_in_queue_prefix_sharing_defers_duplicates():
 
 def test_without_a_cache_requests_sharing_a_prefix_are_admitted_together():
     """Deferring to a cache that stores nothing would admit one request per step (a prefill each)."""
-    s, alloc, tree = make(cache=False, max_prefill=2048, chunk=512)
+    s, _, _ = make(cache=False, max_prefill=2048, chunk=512)
     shared = list(range(200))
     for i in range(4):
         s.add(req(f"q{i}", shared + [500 + i]))
@@ -170,3 +170,49 @@ def test_abort_waiting_and_running_release_everything():
     assert not s.has_work()
     alloc.free(tree.reset())
     assert alloc.num_free == alloc.num_slots - 1
+
+
+def test_overlapped_decode_follows_the_in_flight_step_or_declines():
+    """With a step's samples still on the device, only its requests' next decode is scheduled, each at its
+    kv_len (the host's fill_ids are one token short); anything that needs the host's tokens declines."""
+    s, _, _ = make()
+    a, b = req("a", range(8), max_new=10), req("b", range(20, 28), max_new=1)
+    s.add(a)
+    s.add(b)
+    s.commit(s.schedule())  # both prefilled; their first samples are in flight
+    batch = s.schedule([a, b])
+    assert batch is not None and batch.in_flight_rows == [0]  # b's in-flight token is its last
+    assert [(it.req.rid, it.start, it.extend, it.sample) for it in batch.items] == [("a", 8, 1, True)]
+    assert s.schedule([b]) is None  # a runs outside the in-flight step
+    s.add(req("c", range(40, 48)))
+    assert s.schedule([a, b]) is None  # a request waits for admission
+
+
+def test_device_row_is_rewritten_from_where_it_went_stale():
+    s, _, _ = make(max_prefill=64, chunk=16)
+    r = req("a", range(40), max_new=3)
+    s.add(r)
+    froms = []
+
+    def step() -> None:
+        batch = s.schedule()
+        froms.append([(it.start, it.sync_from) for it in batch.items])
+        s.commit(batch)
+        if batch.items[0].sample:
+            r.output_ids.append(7)
+
+    for _ in range(5):
+        step()
+    # Each prefill chunk goes into the tree, whose slots replace the row's: the next step rewrites it whole.
+    # A decode, which inserts nothing, leaves the row current: the next one writes its new position only.
+    assert froms == [[(0, 0)], [(16, 0)], [(32, 0)], [(40, 0)], [(41, 41)]]
+
+
+def test_delivery_is_deferred_only_with_overlap_on_and_no_grammar():
+    s, _, _ = make()
+    plain, constrained = req("a", range(4)), req("b", range(4))
+    constrained.matcher = object()  # type: ignore[assignment]  # a stand-in: only its presence matters
+    assert not s.can_defer_delivery([plain])
+    s.limits.overlap_schedule = True
+    assert s.can_defer_delivery([plain])
+    assert not s.can_defer_delivery([plain, constrained])

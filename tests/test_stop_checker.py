@@ -10,6 +10,7 @@ import random
 
 import pytest
 
+from radixgen.runtime.outputs import LengthFinish, StopFinish
 from radixgen.runtime.sampling_params import SamplingParams as SP
 from radixgen.runtime.stop_checker import StopChecker
 from radixgen.tokenizer.detokenizer import IncrementalDetokenizer
@@ -19,7 +20,7 @@ EOS = 0
 
 def run(params: SP, pieces: list[str | bytes], ids: list[int] | None = None, max_tokens: int | None = None):
     """Feed one token per piece (token i has the bytes of pieces[i], or of `ids` when given, EOS = "</s>").
-    Returns (emitted chunks, finish reason dict or None, checker)."""
+    Returns (emitted chunks, finish reason or None, checker)."""
     table = [b"</s>"] + [p.encode() if isinstance(p, str) else p for p in pieces]
     ids = ids if ids is not None else list(range(1, len(pieces) + 1))
     checker = StopChecker(params, eos_token_ids=[EOS])
@@ -28,10 +29,10 @@ def run(params: SP, pieces: list[str | bytes], ids: list[int] | None = None, max
     for n, token in enumerate(ids, start=1):
         finish = checker.check_token(token, n)
         if finish is None and max_tokens is not None and n >= max_tokens:
-            finish = {"type": "length", "matched": None}
+            finish = LengthFinish()
         text = checker.feed_text(detok, [token], finished=finish is not None)
         if finish is None and checker.stop_string_hit is not None:
-            finish = {"type": "stop", "matched": checker.stop_string_hit}
+            finish = StopFinish(checker.stop_string_hit)
             text += checker.feed_text(detok, [], finished=True)
         chunks.append(text)
         if finish is not None:
@@ -41,7 +42,7 @@ def run(params: SP, pieces: list[str | bytes], ids: list[int] | None = None, max
 
 
 def stop(matched):
-    return {"type": "stop", "matched": matched}
+    return StopFinish(matched)
 
 
 @pytest.mark.parametrize("params, pieces, ids, chunks, finish", [
@@ -78,7 +79,7 @@ def test_stop_table(params, pieces, ids, chunks, finish):
 
 def test_length_finish_releases_held_text():
     chunks, finish, checker = run(SP(stop="xyz"), ["ab", "cx"], max_tokens=2)
-    assert chunks == ["ab", "cx"] and finish == {"type": "length", "matched": None}
+    assert chunks == ["ab", "cx"] and finish == LengthFinish()
     assert checker.stop_string_hit is None and not checker.finished
 
 
