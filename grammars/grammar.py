@@ -1,18 +1,16 @@
 """Compiled grammars: an immutable automaton + per-state mask cache, shared by all matchers; the compile API.
 
-`compile_regex`, `compile_grammar` and `compile` return a `Grammar` cached by (kind, source text, vocabulary
+`compile_regex` and `compile_grammar` return a `Grammar` cached by (kind, source text, relaxations, vocabulary
 identity) in a process-wide LRU, so the engine compiles each constraint once however many requests use it.
 A `Grammar` is logically immutable: the per-state caches it fills (automaton rows, masks) are derived data,
-guarded for threads.
+guarded for threads. (constraint.py dispatches a request's constraint to these.)
 """
 
 from __future__ import annotations
 
-import json
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
 
 import numpy as np
 
@@ -29,14 +27,24 @@ CACHE_SIZE = 256
 
 
 class Grammar:
-    """A constraint compiled against one vocabulary. Create matchers with `matcher()`."""
+    """A constraint compiled against one vocabulary. Create matchers with `matcher()`.
 
-    def __init__(self, kind: str, source: str, vocab: Vocabulary, automaton: ByteAutomaton) -> None:
+    `relaxations` names, one message each, what the constraint asked that the grammar enforces more loosely
+    (a JSON Schema's keywords with no exact grammar; empty for every other source).
+    """
+
+    def __init__(self, kind: str, source: str, vocab: Vocabulary, automaton: ByteAutomaton,
+                 relaxations: tuple[str, ...] = ()) -> None:
         self.kind = kind
         self.source = source
         self.vocab = vocab
         self.automaton = automaton
+        self._relaxations = relaxations
         self._masks = MaskCache(vocab, automaton)
+
+    @property
+    def relaxations(self) -> tuple[str, ...]:
+        return self._relaxations
 
     def precompute(self) -> None:
         """Compute the context-independent part of every position's mask now (done by the compile API)."""
@@ -51,7 +59,8 @@ class Grammar:
 
     def _row(self, state: int) -> np.ndarray:
         self.automaton.ensure_rows(np.array([state], dtype=np.int64))
-        return self.automaton.table[state]
+        row: np.ndarray = self.automaton.table[state]  # one int index of a 2-d table: a row (numpy types it Any)
+        return row
 
     def has_continuation(self, state: int) -> bool:
         return bool((self._row(state) >= 0).any())
@@ -73,18 +82,19 @@ class Grammar:
         return f"Grammar(kind={self.kind!r}, source={src!r}, vocab={self.vocab!r})"
 
 
-_cache: OrderedDict[tuple[str, str, int], Grammar] = OrderedDict()
+_cache: OrderedDict[tuple[str, str, tuple[str, ...], int], Grammar] = OrderedDict()
 _cache_lock = threading.Lock()
 
 
-def _cached(kind: str, source: str, vocab: Vocabulary, build: Callable[[], ByteAutomaton]) -> Grammar:
-    key = (kind, source, id(vocab))
+def _cached(kind: str, source: str, vocab: Vocabulary, build: Callable[[], ByteAutomaton],
+            relaxations: tuple[str, ...] = ()) -> Grammar:
+    key = (kind, source, relaxations, id(vocab))
     with _cache_lock:
         found = _cache.get(key)
         if found is not None and found.vocab is vocab:
             _cache.move_to_end(key)
             return found
-    grammar = Grammar(kind, source, vocab, build())
+    grammar = Grammar(kind, source, vocab, build(), relaxations)
     grammar.precompute()
     with _cache_lock:
         _cache[key] = grammar
@@ -115,42 +125,20 @@ def compile_ir(ir: GrammarIR, vocab: Vocabulary, kind: str, source: str) -> Gram
     return _cached(kind, source, vocab, lambda: PdaAutomaton(build_pda(normalize(ir))))
 
 
-def compile_grammar(text: str, vocab: Vocabulary, syntax: str = "lark", start: str | None = None) -> Grammar:
-    """A Lark (`syntax="lark"`) or EBNF/GBNF (`syntax="ebnf"`) grammar; see `ebnf.py` for the dialect."""
+def compile_grammar(text: str, vocab: Vocabulary, syntax: str = "lark", start: str | None = None,
+                    relaxations: tuple[str, ...] = ()) -> Grammar:
+    """A Lark (`syntax="lark"`) or EBNF/GBNF (`syntax="ebnf"`) grammar; see `ebnf.py` for the dialect.
+
+    `relaxations` is the result's report, for a grammar written by a front end that could not enforce its
+    source exactly (json_schema.py)."""
     if syntax == "ebnf":
         from radixgen.grammars.ebnf import parse_ebnf
 
         return _cached(f"ebnf:{start or 'root'}", text, vocab,
-                       lambda: PdaAutomaton(build_pda(normalize(parse_ebnf(text, start or "root")))))
+                       lambda: PdaAutomaton(build_pda(normalize(parse_ebnf(text, start or "root")))), relaxations)
     if syntax == "lark":
         from radixgen.grammars.lark_frontend import parse_lark
 
         return _cached(f"lark:{start or 'start'}", text, vocab,
-                       lambda: PdaAutomaton(build_pda(normalize(parse_lark(text, start or "start")))))
+                       lambda: PdaAutomaton(build_pda(normalize(parse_lark(text, start or "start")))), relaxations)
     raise GrammarError(f"unknown grammar syntax {syntax!r}; use 'lark' or 'ebnf'")
-
-
-CONSTRAINT_KINDS = ("regex", "json_schema", "ebnf", "grammar", "lark")
-
-
-def compile(constraint: Mapping[str, Any] | tuple[str, Any], vocab: Vocabulary) -> Grammar:
-    """Dispatch one constraint, given as `{"regex": ...}` (or a `(kind, source)` pair), kinds:
-    `regex`, `json_schema` (str or dict), `ebnf`, `grammar` / `lark` (Lark text)."""
-    items = list(constraint.items()) if isinstance(constraint, Mapping) else [tuple(constraint)]
-    items = [(k, v) for k, v in items if v is not None]
-    if len(items) != 1:
-        given = [k for k, _ in items]
-        raise GrammarError(f"expected exactly one constraint of {CONSTRAINT_KINDS}, got {given}")
-    kind, source = items[0]
-    if kind == "regex":
-        return compile_regex(source, vocab)
-    if kind == "ebnf":
-        return compile_grammar(source, vocab, syntax="ebnf")
-    if kind in ("grammar", "lark"):
-        return compile_grammar(source, vocab, syntax="lark")
-    if kind == "json_schema":
-        from radixgen.grammars import json_schema
-
-        schema = json.loads(source) if isinstance(source, str) else source
-        return json_schema.compile_json_schema(schema, vocab)
-    raise GrammarError(f"unknown constraint kind {kind!r}; expected one of {CONSTRAINT_KINDS}")

@@ -23,13 +23,13 @@ Output policy (what a grammar accepts, beyond validity):
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from .errors import GrammarError
+from .grammar import Grammar, compile_grammar
 from .json_schema_charset import ANY_JSON_CHAR
 from .json_schema_containers import ObjectBuilder, array_rule
 from .json_schema_formats import FORMATS, INTEGER, NUMBER, integer_range, number_range
@@ -63,7 +63,6 @@ from .json_schema_types import (
 from .pda import MAX_REPEAT
 
 if TYPE_CHECKING:
-    from .grammar import Grammar
     from .vocabulary import Vocabulary
 
 Whitespace = Literal["compact", "flexible"]
@@ -128,18 +127,11 @@ def json_schema_to_ebnf(
 
 
 def compile_json_schema(schema: dict[str, Any] | bool | str, vocab: Vocabulary, **opts: Any) -> Grammar:
-    """Compile a JSON Schema for `vocab` (options as for `json_schema_to_ebnf`).
-
-    The result is the core's cached `Grammar` for the emitted EBNF, seen through a shallow copy that adds
-    `relaxations` (the copy shares the automaton and mask caches; two schemas with the same grammar but
-    different relaxations must not overwrite each other's report on the shared object).
-    """
-    from .grammar import compile_grammar  # late: grammar.compile() imports this module lazily too
-
+    """Compile a JSON Schema for `vocab` (options as for `json_schema_to_ebnf`): the core's cached `Grammar` of
+    the emitted EBNF, built with the conversion's `relaxations` (part of its cache key, so two schemas with the
+    same grammar but different relaxations each get their own report)."""
     conversion = json_schema_to_ebnf(schema, **opts)
-    view = copy.copy(compile_grammar(conversion.ebnf, vocab, syntax="ebnf"))
-    view.relaxations = conversion.relaxations
-    return view
+    return compile_grammar(conversion.ebnf, vocab, syntax="ebnf", relaxations=conversion.relaxations)
 
 
 class Converter:
@@ -224,9 +216,10 @@ class Converter:
         if key in self.memo:
             return self.memo[key]
         if key in self._pending:  # recursion through a subschema object (not a $ref): name it now
-            if self._pending[key] is None:
-                self._pending[key] = self.new_rule(rule_hint(ptr, "rec"))
-            return self._pending[key]
+            pending = self._pending[key]
+            if pending is None:
+                pending = self._pending[key] = self.new_rule(rule_hint(ptr, "rec"))
+            return pending
         self._keep_alive.append(schema)
         self._pending[key] = None
         try:
@@ -375,7 +368,7 @@ class Converter:
             if excluded_types:
                 s = {**s, "enum": [v for v in s["enum"] if not type_matches(v, excluded_types)]}
             return self.enum(s, ptr)
-        types = declared_types(s) if "type" in s else inferred_types(s)
+        types = (declared_types(s) if "type" in s else inferred_types(s)) or set()  # `type: null` declares none
         if excluded_types:  # `not: {type: ...}` is enforced exactly by dropping those types
             types -= excluded_types
             if "integer" in excluded_types and "number" in types:
@@ -494,14 +487,14 @@ class Converter:
         if key in self.memo:
             return self.memo[key]
         rest = self.shared("key-rest", terminal(f'{ANY_JSON_CHAR}*"'))
-        trie: dict = {}
+        trie: dict[str, Any] = {}  # character -> subtrie; "" marks the end of a name
         for name in names:
             node = trie
             for ch in name:
                 node = node.setdefault(ch, {})
             node[""] = {}  # end of a name
 
-        def rule(node: dict, depth: int) -> str:
+        def rule(node: dict[str, Any], depth: int) -> str:
             children = [c for c in node if c]
             alts = [f"{terminal(other_char(children))} {rest}"]
             alts += [f"{literal(json.dumps(c, ensure_ascii=False)[1:-1])} {rule(node[c], depth + 1)}"

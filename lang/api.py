@@ -9,10 +9,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from radixgen.grammars.constraint import Constraint
 from radixgen.lang.choices import check_method
 from radixgen.lang.expr import Expr, ExprList, Gen, RoleBegin, RoleEnd, Select, check_choices, role_expr
 from radixgen.lang.schema import schema_text
-from radixgen.lang.spec import DTYPE_REGEX, Constraint, grammar_constraint, make_spec
+from radixgen.lang.spec import DTYPE_REGEX, GenSpec, grammar_constraint, stop_strings, token_ids
 
 
 def gen(
@@ -62,11 +63,11 @@ def gen(
         if dtype not in DTYPE_REGEX:
             raise TypeError(f"dtype must be one of int, float, bool, str; got {dtype!r}")
         constraint = Constraint("regex", DTYPE_REGEX[dtype])
-    spec = make_spec(
-        max_tokens=max_tokens, min_tokens=min_tokens, stop=stop, stop_token_ids=stop_token_ids,
-        temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p, frequency_penalty=frequency_penalty,
-        presence_penalty=presence_penalty, ignore_eos=ignore_eos, return_logprob=return_logprob,
-        top_logprobs_num=top_logprobs_num, constraint=constraint,
+    spec = GenSpec(
+        max_new_tokens=max_tokens, min_new_tokens=min_tokens, stop=stop_strings(stop),
+        stop_token_ids=token_ids(stop_token_ids), temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
+        frequency_penalty=frequency_penalty, presence_penalty=presence_penalty, ignore_eos=ignore_eos,
+        return_logprob=return_logprob, top_logprobs_num=top_logprobs_num, constraint=constraint,
     )
     return Gen(name, spec, dtype)
 

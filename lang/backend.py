@@ -93,6 +93,7 @@ class Backend(ABC):
 
     def cache_prefix(self, prompt: str) -> None:
         """Prefill `prompt` so that later calls sharing it hit the cache; a no-op where there is no cache."""
+        return None
 
     @abstractmethod
     def role_template(self) -> RoleTemplate:

@@ -9,6 +9,7 @@ from radixgen.lang.backend import Backend, GenResult, ModelCallError, SelectRequ
 from radixgen.lang.chat_template import RoleTemplate, derive_role_template
 from radixgen.lang.choices import check_method, decide, needs_unconditional, shared_prefix_len
 from radixgen.lang.spec import GenSpec
+from radixgen.runtime.sampling_params import SamplingParams
 
 # Prompt tokens kept before a choice when scoring it "unconditionally" (SGLang scores choices after a short
 # local context too): enough to seat the choice's first token, too little to carry the question.
@@ -16,6 +17,7 @@ UNCONDITIONAL_CONTEXT = 2
 # Selects whose choice tokens start within this many tokens of each other are scored in one engine call, from
 # the earliest start: a later one re-reads at most this many of its cached tokens, and they share a step.
 SELECT_GROUP_SLACK = 16
+PREFILL_ONLY = SamplingParams(max_new_tokens=0)  # read the prompt (cache it, score it), generate nothing
 
 
 class EngineBackend(Backend):
@@ -31,7 +33,7 @@ class EngineBackend(Backend):
 
     def generate(self, prompt: str, spec: GenSpec) -> GenResult:
         out = self.engine.generate(
-            prompt, spec.sampling_params(), return_logprob=bool(spec.return_logprob),
+            prompt, spec.to_sampling_params(), return_logprob=bool(spec.return_logprob),
             top_logprobs_num=spec.top_logprobs_num or 0,
         )
         return GenResult(out["text"], out["meta_info"])
@@ -43,7 +45,7 @@ class EngineBackend(Backend):
         logprob = any(s.return_logprob for s in specs)
         top = max((s.top_logprobs_num or 0) for s in specs)
         try:
-            outs = self.engine.generate(list(prompts), [s.sampling_params() for s in specs],
+            outs = self.engine.generate(list(prompts), [s.to_sampling_params() for s in specs],
                                         return_logprob=logprob, top_logprobs_num=top)
         except ValueError:
             return super().generate_batch(prompts, specs)  # isolate the invalid request(s)
@@ -51,14 +53,14 @@ class EngineBackend(Backend):
 
     def stream(self, prompt: str, spec: GenSpec) -> Iterator[StreamDelta]:
         chunks = self.engine.generate(
-            prompt, spec.sampling_params(), return_logprob=bool(spec.return_logprob),
+            prompt, spec.to_sampling_params(), return_logprob=bool(spec.return_logprob),
             top_logprobs_num=spec.top_logprobs_num or 0, stream=True,
         )
         for chunk in chunks:
             yield StreamDelta(chunk["text"], bool(chunk["finished"]), chunk.get("meta_info", {}))
 
     def cache_prefix(self, prompt: str) -> None:
-        self.engine.generate(prompt, {"max_new_tokens": 0})
+        self.engine.generate(prompt, PREFILL_ONLY)
 
     def select(self, prompt: str, choices: Sequence[str], method: str, temperature: float = 0.0) -> SelectResult:
         """Score every `prompt + choice` in one batched prefill (max_new_tokens=0) that shares the prompt."""
@@ -127,7 +129,7 @@ class EngineBackend(Backend):
         out: list[tuple[list[float], dict[str, Any]] | Exception] = [ModelCallError("not scored")] * len(id_lists)
         for group in groups:
             low = starts[group[0]]
-            outs = self.engine.generate(input_ids=[id_lists[i] for i in group], sampling_params={"max_new_tokens": 0},
+            outs = self.engine.generate(input_ids=[id_lists[i] for i in group], sampling_params=PREFILL_ONLY,
                                         return_logprob=True, logprob_start_len=low)
             for i, o in zip(group, outs):
                 meta = o["meta_info"]

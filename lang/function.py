@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from radixgen.lang.backend import Backend
 from radixgen.lang.runner import run_many, run_program
-from radixgen.lang.spec import GenSpec, make_spec
+from radixgen.lang.spec import GenSpec, stop_strings, token_ids
 from radixgen.lang.state import ProgramState
 
 if TYPE_CHECKING:
@@ -70,10 +70,11 @@ def run_defaults(
     top_logprobs_num: int | None = None,
 ) -> GenSpec:
     """Run-level sampling defaults; every `gen` inherits those it does not set itself."""
-    return make_spec(
-        max_tokens=max_new_tokens, stop=stop, stop_token_ids=stop_token_ids, temperature=temperature, top_p=top_p,
-        top_k=top_k, min_p=min_p, frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
-        ignore_eos=ignore_eos, return_logprob=return_logprob, top_logprobs_num=top_logprobs_num,
+    return GenSpec(
+        max_new_tokens=max_new_tokens, stop=stop_strings(stop), stop_token_ids=token_ids(stop_token_ids),
+        temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p, frequency_penalty=frequency_penalty,
+        presence_penalty=presence_penalty, ignore_eos=ignore_eos, return_logprob=return_logprob,
+        top_logprobs_num=top_logprobs_num,
     )
 
 

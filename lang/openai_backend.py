@@ -18,9 +18,7 @@ from radixgen.lang.chat_template import RoleTemplate
 from radixgen.lang.choices import check_method, decide, needs_unconditional
 from radixgen.lang.http import HttpClient
 from radixgen.lang.spec import GenSpec
-
-# radixgen sampling names -> OpenAI body names (the rest go as the same-named extra fields).
-_RENAMES = {"max_new_tokens": "max_tokens", "min_new_tokens": "min_tokens"}
+from radixgen.runtime.sampling_params import OPENAI_NAMES
 
 
 class OpenAICompatible(Backend):
@@ -35,7 +33,7 @@ class OpenAICompatible(Backend):
         for key, value in spec.sampling_params().items():
             if key == "json_schema" and isinstance(value, str):
                 value = json.loads(value)
-            body[_RENAMES.get(key, key)] = value
+            body[OPENAI_NAMES.get(key, key)] = value  # the rest go as the same-named extra fields
         if spec.return_logprob:
             body["logprobs"] = max(1, spec.top_logprobs_num or 0)
         return body

@@ -1,14 +1,19 @@
 """What one `gen` asks of the model: sampling options plus at most one constraint, in SGLang's names.
 
 `GenSpec` fields left as `None` inherit the defaults a program is run with (`fn.run(max_new_tokens=...,
-temperature=...)`), then the engine's own defaults. `sampling_params()` renders the engine/server dict of
-docs/engine_api.md.
+temperature=...)`), then the engine's own defaults. Its sampling fields are `SamplingParams` fields (the one
+table of options); `to_sampling_params()` builds the engine's object, `sampling_params()` the JSON dict of
+docs/engine_api.md that the HTTP backends send.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
+
+from radixgen.grammars.constraint import Constraint
+from radixgen.runtime.sampling_params import FIELD_NAMES, SamplingParams
 
 # Regexes used for dtype-typed gens (`gen(dtype=int)`, `gen_int`, `gen_string`); the text is converted after.
 DTYPE_REGEX: dict[type, str] = {
@@ -18,28 +23,28 @@ DTYPE_REGEX: dict[type, str] = {
     str: r"\"[^\"\\\n]{0,200}\"",
 }
 
-CONSTRAINT_KINDS = ("regex", "json_schema", "ebnf", "grammar")
-
-
-@dataclass(frozen=True)
-class Constraint:
-    """One output constraint: `kind` is an engine sampling-params key, `source` its text."""
-
-    kind: str
-    source: str
-
-    def __post_init__(self) -> None:
-        if self.kind not in CONSTRAINT_KINDS:
-            raise ValueError(f"constraint kind must be one of {CONSTRAINT_KINDS}, got {self.kind!r}")
-
 
 def grammar_constraint(text: str) -> Constraint:
     """`gen(grammar=...)` accepts Lark or EBNF (GBNF) text; EBNF is recognised by its `::=` rules."""
     return Constraint("ebnf" if "::=" in text else "grammar", text)
 
 
+def stop_strings(stop: str | Sequence[str] | None) -> tuple[str, ...] | None:
+    """SGLang's `stop` (one string or several) as a tuple; None stays unset."""
+    if stop is None:
+        return None
+    return (stop,) if isinstance(stop, str) else tuple(stop)
+
+
+def token_ids(ids: Sequence[int] | None) -> tuple[int, ...] | None:
+    return None if ids is None else tuple(ids)
+
+
 @dataclass(frozen=True)
 class GenSpec:
+    """Every field but `return_logprob`, `top_logprobs_num` and `constraint` is the `SamplingParams` field of
+    that name (None: unset)."""
+
     max_new_tokens: int | None = None
     min_new_tokens: int | None = None
     stop: tuple[str, ...] | None = None
@@ -62,55 +67,22 @@ class GenSpec:
         filled = {f.name: getattr(defaults, f.name) for f in fields(self) if getattr(self, f.name) is None}
         return replace(self, **filled)
 
-    def sampling_params(self) -> dict[str, Any]:
-        """The engine's `sampling_params` dict; unset fields are left out so the engine's defaults apply."""
-        params: dict[str, Any] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if value is None or f.name in ("return_logprob", "top_logprobs_num", "constraint"):
-                continue
-            params[f.name] = list(value) if isinstance(value, tuple) else value
+    def _options(self) -> dict[str, Any]:
+        """The set sampling options and the constraint, by SamplingParams field name."""
+        options = {f.name: getattr(self, f.name) for f in fields(self)
+                   if f.name in FIELD_NAMES and getattr(self, f.name) is not None}
         if self.constraint is not None:
-            params[self.constraint.kind] = self.constraint.source
-        return params
+            options[self.constraint.kind] = self.constraint.source
+        return options
 
+    def to_sampling_params(self) -> SamplingParams:
+        """The engine's options: those set here over SamplingParams' defaults (raises SamplingParamsError)."""
+        return SamplingParams(**self._options())
 
-def make_spec(
-    *,
-    max_tokens: int | None = None,
-    min_tokens: int | None = None,
-    stop: str | list[str] | tuple[str, ...] | None = None,
-    stop_token_ids: list[int] | tuple[int, ...] | None = None,
-    temperature: float | None = None,
-    top_p: float | None = None,
-    top_k: int | None = None,
-    min_p: float | None = None,
-    frequency_penalty: float | None = None,
-    presence_penalty: float | None = None,
-    ignore_eos: bool | None = None,
-    return_logprob: bool | None = None,
-    top_logprobs_num: int | None = None,
-    constraint: Constraint | None = None,
-) -> GenSpec:
-    """Build a spec from SGLang-style keyword names (`max_tokens`, `min_tokens`, `stop` as str or list)."""
-    if isinstance(stop, str):
-        stop = (stop,)
-    return GenSpec(
-        max_new_tokens=max_tokens,
-        min_new_tokens=min_tokens,
-        stop=tuple(stop) if stop is not None else None,
-        stop_token_ids=tuple(stop_token_ids) if stop_token_ids is not None else None,
-        temperature=temperature,
-        top_p=top_p,
-        top_k=top_k,
-        min_p=min_p,
-        frequency_penalty=frequency_penalty,
-        presence_penalty=presence_penalty,
-        ignore_eos=ignore_eos,
-        return_logprob=return_logprob,
-        top_logprobs_num=top_logprobs_num,
-        constraint=constraint,
-    )
+    def sampling_params(self) -> dict[str, Any]:
+        """The `sampling_params` dict an HTTP backend sends; unset fields are left out so the server's defaults
+        apply."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in self._options().items()}
 
 
 def convert_dtype(text: str, dtype: type | None) -> Any:

@@ -1,5 +1,9 @@
 """SamplingParams: the per-request sampling and stopping options, with SGLang's names and defaults.
 
+The dataclass is the one table of sampling options: their names, defaults and checks. The server's known keys,
+the language's option passing and the engine's parsing all read it (`FIELD_NAMES`), and a request's options are
+parsed into one SamplingParams that travels to the engine as the object.
+
 Every instance is valid: `__post_init__` normalises (`stop` becomes a tuple of strings, `stop_token_ids` a
 tuple of ints, `logit_bias` a dict with int keys) and refuses bad values with a `SamplingParamsError` (a
 ValueError) whose message names the field. `from_dict` additionally refuses unknown keys. Checks that need the
@@ -16,26 +20,17 @@ Semantics of the special values (kept from SGLang so user code ports unchanged):
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple
+from typing import Any
 
-ConstraintKind = Literal["regex", "json_schema", "ebnf", "grammar"]
-CONSTRAINT_FIELDS: tuple[ConstraintKind, ...] = ("regex", "json_schema", "ebnf", "grammar")
+from radixgen.grammars.constraint import CONSTRAINT_KINDS, Constraint, json_schema_constraint
+
 GREEDY_TEMPERATURE = 1e-6  # temperatures below this decode greedily
 
 
 class SamplingParamsError(ValueError):
     """An invalid sampling option; the message starts with (or names) the offending field."""
-
-
-class Constraint(NamedTuple):
-    """The one structural constraint of a request: its kind and its source text (a JSON Schema dict as
-    compact JSON text, keys in their given order since property order is generation order)."""
-
-    kind: ConstraintKind
-    source: str
 
 
 @dataclass(frozen=True)
@@ -57,8 +52,9 @@ class SamplingParams:
     seed: int | None = None
     n: int = 1
     logit_bias: dict[int, float] = field(default_factory=dict)  # accepts {int | "int": float} | None
+    # The constraint fields, one per grammars.CONSTRAINT_KINDS (at most one is set).
     regex: str | None = None
-    json_schema: str | dict | None = None
+    json_schema: str | dict[str, Any] | None = None
     ebnf: str | None = None
     grammar: str | None = None
     no_stop_trim: bool = False
@@ -73,8 +69,9 @@ class SamplingParams:
     # ---------------------------------------------------------------- construction
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any] | None) -> SamplingParams:
-        """Build from a request's `sampling_params` dict, refusing unknown keys (with the known ones listed).
+    def from_dict(cls, d: dict[str, Any] | SamplingParams | None) -> SamplingParams:
+        """Build from a request's `sampling_params` dict, refusing unknown keys (with the known ones listed);
+        a SamplingParams is returned as it is.
 
         Keys whose value is None take the default, as in SGLang's JSON API.
         """
@@ -84,10 +81,9 @@ class SamplingParams:
             return d
         if not isinstance(d, dict):
             raise SamplingParamsError(f"sampling_params must be a dict, got {type(d).__name__}")
-        known = _FIELD_NAMES
-        unknown = sorted(k for k in d if k not in known)
+        unknown = sorted(k for k in d if k not in FIELD_NAMES)
         if unknown:
-            raise SamplingParamsError(f"sampling_params: unknown key(s) {unknown}; known keys: {sorted(known)}")
+            raise SamplingParamsError(f"sampling_params: unknown key(s) {unknown}; known keys: {sorted(FIELD_NAMES)}")
         kwargs = {k: v for k, v in d.items() if v is not None or k in _NONE_IS_A_VALUE}
         return cls(**kwargs)
 
@@ -117,13 +113,11 @@ class SamplingParams:
 
     @property
     def constraint(self) -> Constraint | None:
-        """The structural constraint, if any (at most one is allowed)."""
-        for kind in CONSTRAINT_FIELDS:
+        """The structural constraint, if any (at most one is allowed); a JSON Schema dict as compact JSON text."""
+        for kind in CONSTRAINT_KINDS:
             value = getattr(self, kind)
             if value is not None:
-                if isinstance(value, dict):
-                    value = json.dumps(value, separators=(",", ":"))  # keep key order: it is the property order
-                return Constraint(kind, value)
+                return json_schema_constraint(value) if kind == "json_schema" else Constraint(kind, value)
         return None
 
     def expand_n(self) -> list[SamplingParams]:
@@ -170,19 +164,21 @@ class SamplingParams:
         if self.seed is not None:
             _check_int("seed", self.seed)
         _check_int("n", self.n, low=1)
-        for name in ("regex", "ebnf", "grammar"):
+        for name in CONSTRAINT_KINDS:
             value = getattr(self, name)
-            if value is not None and not isinstance(value, str):
+            if name != "json_schema" and value is not None and not isinstance(value, str):
                 raise SamplingParamsError(f"{name} must be a string, got {type(value).__name__}")
         if self.json_schema is not None and not isinstance(self.json_schema, (str, dict)):
             raise SamplingParamsError(f"json_schema must be a string or a dict, got {type(self.json_schema).__name__}")
-        given = [k for k in CONSTRAINT_FIELDS if getattr(self, k) is not None]
+        given = [k for k in CONSTRAINT_KINDS if getattr(self, k) is not None]
         if len(given) > 1:
-            raise SamplingParamsError(f"{given[1]}: at most one constraint (regex, json_schema, ebnf, grammar) per request, "
-                             f"got {given}")
+            raise SamplingParamsError(f"{given[1]}: at most one constraint ({', '.join(CONSTRAINT_KINDS)}) per "
+                                      f"request, got {given}")
 
 
-_FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(SamplingParams))
+FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(SamplingParams))
+# SamplingParams field -> its name in OpenAI's request bodies, where the two differ.
+OPENAI_NAMES = {"max_new_tokens": "max_tokens", "min_new_tokens": "min_tokens"}
 # Keys for which an explicit None means something other than "use the default".
 _NONE_IS_A_VALUE = frozenset({"max_new_tokens"})
 
@@ -248,6 +244,7 @@ def _normalise_logit_bias(bias: Any) -> dict[int, float]:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
             raise SamplingParamsError(f"logit_bias values must be numbers, got {value!r} for token {key!r}")
         if math.isinf(value) and value > 0:
-            raise SamplingParamsError(f"logit_bias values must be finite or -inf (a ban), got {value!r} for token {key!r}")
+            raise SamplingParamsError(f"logit_bias values must be finite or -inf (a ban), got {value!r} "
+                                      f"for token {key!r}")
         out[tid] = float(value)
     return out

@@ -47,29 +47,37 @@ def test_batched_equals_one_at_a_time(engine, singles):
     assert all(r["meta_info"]["cached_tokens"] > 0 for r in again)
 
 
+def test_sampling_params_object_equals_its_dict(engine, singles):
+    from radixgen.runtime.sampling_params import SamplingParams
+
+    params = SamplingParams.from_dict(GREEDY)
+    assert engine.generate(PROMPTS[0], params)["output_ids"] == singles[0]
+    assert [r["output_ids"] for r in engine.generate(PROMPTS[:2], [params, GREEDY])] == singles[:2]
+
+
 def test_decode_kv_copies_are_carried_and_change_no_token(engine, singles):
-    """CPU decode steps append to the batch's per-layer K/V copies (runtime/decode_kv_copies.py) instead of
+    """CPU decode steps append to the batch's per-layer K/V copies (runtime/attention/decode_kv_copies.py) instead of
     gathering every context again; without the copies the engine gives the same tokens."""
-    copies = engine.runner.decode_kv_copies
+    copies = getattr(engine.runner.attention, "decode_kv_copies", None)  # the CPU backend's
     if copies is None:
         pytest.skip("the engine runs on CUDA, where the decode kernel reads the pool in place")
     engine.flush_cache()
     before = copies.appended_rows
     assert [r["output_ids"] for r in engine.generate(PROMPTS, GREEDY)] == singles
     assert copies.appended_rows - before >= 8 * len(PROMPTS)  # 12 tokens each: most decode steps only appended
-    engine.runner.decode_kv_copies = None
+    engine.runner.attention.decode_kv_copies = None
     try:
         engine.flush_cache()
         assert [r["output_ids"] for r in engine.generate(PROMPTS, GREEDY)] == singles
     finally:
-        engine.runner.decode_kv_copies = copies
+        engine.runner.attention.decode_kv_copies = copies
 
 
 def test_decode_kv_copies_over_a_shared_prefix_and_the_next_turn_change_no_token(engine):
     """Three requests on a long shared prefix (the cascade reads it from the pool, the rows hold the rest), then
     each one's next turn (its row, left by the first turn, is taken back and only the new tokens filled): the
     same tokens as gathering every context at every step."""
-    copies = engine.runner.decode_kv_copies
+    copies = getattr(engine.runner.attention, "decode_kv_copies", None)  # the CPU backend's
     if copies is None:
         pytest.skip("the engine runs on CUDA, where the decode kernel reads the pool in place")
     system = "You are a careful assistant who answers in one short sentence. " * 8
@@ -84,11 +92,11 @@ def test_decode_kv_copies_over_a_shared_prefix_and_the_next_turn_change_no_token
     reused = copies.reused_positions
     with_copies = two_turns()
     assert copies.reused_positions > reused  # the second turns found their first turns' rows
-    engine.runner.decode_kv_copies = None
+    engine.runner.attention.decode_kv_copies = None
     try:
         assert two_turns() == with_copies
     finally:
-        engine.runner.decode_kv_copies = copies
+        engine.runner.attention.decode_kv_copies = copies
 
 
 def test_unchunked_engine_gives_the_same_tokens(default_model_path, singles):

@@ -67,8 +67,8 @@ CASES = [
     ("prefix-items", {"type": "array", "prefixItems": [{"type": "string"}, {"type": "integer"}],
                       "items": False},
      [[], ["a"], ["a", 1]], [[1], ["a", 1, 2]]),
-    ("draft4-tuple", {"$schema": DRAFT4, "type": "array", "items": [{"type": "string"}], "additionalItems": {"type": "integer"},
-                      "minItems": 2},
+    ("draft4-tuple", {"$schema": DRAFT4, "type": "array", "items": [{"type": "string"}],
+                      "additionalItems": {"type": "integer"}, "minItems": 2},
      [["a", 1], ["a", 1, 2]], [["a"], ["a", "b"]]),
     ("string-length", {"type": "string", "minLength": 2, "maxLength": 3},
      ["ab", "abc", "é\n", 'a"'], ["a", "abcd", ""]),
@@ -81,7 +81,8 @@ CASES = [
     ("integer-range", {"type": "integer", "minimum": -15, "exclusiveMaximum": 120},
      [-15, 0, 7, 119], [-16, 120, 1000, 1.5]),
     ("number-range", {"type": "number", "minimum": 0, "maximum": 10}, [0, 0.5, 10, 10.0, 3], [-1, 10.5, -0.5]),
-    ("draft4-exclusive", {"$schema": DRAFT4, "type": "number", "minimum": 0, "exclusiveMinimum": True}, [0.001, 3], [0, -2]),
+    ("draft4-exclusive", {"$schema": DRAFT4, "type": "number", "minimum": 0, "exclusiveMinimum": True},
+     [0.001, 3], [0, -2]),
     ("format-date", {"type": "string", "format": "date"}, ["2024-02-29", "2023-12-31"],
      ["2023-02-29", "2023-13-01", "2023-1-01"]),
     ("format-date-time", {"type": "string", "format": "date-time"}, ["2024-01-01T10:20:30Z",
@@ -196,7 +197,8 @@ def test_many_optional_properties_stay_linear():
 
 @pytest.mark.parametrize("schema,fragment", [
     ({"type": "string", "pattern": "(?=a)b"}, "(lookaround) relaxed to any string at /"),
-    ({"properties": {"x": {"type": "string", "pattern": "(a)\\1"}}}, "(backreference) relaxed to any string at /properties/x"),
+    ({"properties": {"x": {"type": "string", "pattern": "(a)\\1"}}},
+     "(backreference) relaxed to any string at /properties/x"),
     ({"type": "string", "format": "color"}, "format 'color' not enforced"),
     ({"type": "number", "minimum": 0.5}, "widened"),
     ({"not": {"minimum": 3}}, "`not`"),
@@ -253,7 +255,8 @@ def test_number_range_regex_is_exact_for_integer_bounds(bounds):
             for sign in ("", "-"):
                 text = f"{sign}{whole}{frac}"
                 x = float(text)
-                ok = (lo is None or (x > lo if lo_excl else x >= lo)) and (hi is None or (x < hi if hi_excl else x <= hi))
+                ok = ((lo is None or (x > lo if lo_excl else x >= lo))
+                      and (hi is None or (x < hi if hi_excl else x <= hi)))
                 if r.fullmatch(text):
                     assert ok, text
                 elif ok:
@@ -321,3 +324,14 @@ def test_random_walks_produce_valid_json(schema, byte_vocab):
         assert validator.is_valid(value), out
         done += 1
     assert done >= 5
+
+
+def test_compile_constraint_reports_relaxations_on_the_result(byte_vocab):
+    from radixgen.grammars import Constraint, GrammarError, compile_constraint
+
+    relaxed = compile_constraint(Constraint("json_schema", '{"type":"integer","not":{"const":3}}'), byte_vocab)
+    plain = compile_constraint(Constraint("json_schema", '{"type":"integer"}'), byte_vocab)
+    assert relaxed.relaxations and "`not`" in relaxed.relaxations[0] and plain.relaxations == ()
+    assert compile_json_schema({"type": "integer"}, byte_vocab) is plain  # one cache for both entry points
+    with pytest.raises(GrammarError, match="constraint kind"):
+        Constraint("sql", "select 1")  # type: ignore[arg-type]

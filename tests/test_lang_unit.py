@@ -484,3 +484,11 @@ def test_compiled_run_separates_run_options_from_program_arguments():
     prog.compile().run(q="hi", temperature=0.5, backend=be)
     specs = [spec for kind, _, spec in be.calls if kind == "generate"]
     assert specs and specs[0].temperature == 0.5
+
+
+def test_a_gen_spec_gives_the_engine_object_and_the_wire_dict():
+    from radixgen.runtime.sampling_params import SamplingParams
+
+    spec = sgl.gen("x", max_tokens=3, stop="\n", regex="[a-z]+").spec
+    assert spec.to_sampling_params() == SamplingParams(max_new_tokens=3, stop=("\n",), regex="[a-z]+")
+    assert spec.sampling_params() == {"max_new_tokens": 3, "stop": ["\n"], "regex": "[a-z]+"}

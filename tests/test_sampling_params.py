@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from radixgen.runtime.sampling_params import Constraint, SamplingParams
+from radixgen.grammars import CONSTRAINT_KINDS, Constraint
+from radixgen.runtime.sampling_params import FIELD_NAMES, SamplingParams
 
 
 def test_defaults_match_sglang():
@@ -96,7 +99,7 @@ def test_invalid_values_name_the_field(d, field):
 
 
 def test_unknown_keys_list_the_known_ones():
-    with pytest.raises(ValueError, match="known keys: .*max_new_tokens"):
+    with pytest.raises(ValueError, match=r"known keys: .*max_new_tokens"):
         SamplingParams.from_dict({"max_tokens": 5})
 
 
@@ -118,3 +121,26 @@ def test_validate_checks_token_ids_against_the_vocab(d, field):
     with pytest.raises(ValueError, match=field):
         p.validate(vocab_size=99 if field == "stop_token_ids" else 100)
     p.validate(vocab_size=1000)
+
+
+def test_every_constraint_kind_is_a_field():
+    assert set(CONSTRAINT_KINDS) <= FIELD_NAMES
+    for kind in CONSTRAINT_KINDS:
+        assert SamplingParams(**{kind: "x"}).constraint == Constraint(kind, "x")
+
+
+def test_a_sampling_params_object_is_taken_as_it_is():
+    p = SamplingParams(temperature=0.5, n=2)
+    assert SamplingParams.from_dict(p) is p
+
+
+def test_the_known_key_lists_derive_from_the_fields():
+    from radixgen.lang.spec import GenSpec
+    from radixgen.server import errors, openai_protocol
+    from radixgen.server.programs import run_options
+
+    assert FIELD_NAMES <= errors._ENGINE_FIELDS
+    assert set(openai_protocol.SAMPLING_READERS) <= FIELD_NAMES
+    lang_only = {"return_logprob", "top_logprobs_num", "constraint"}
+    assert {f.name for f in dataclasses.fields(GenSpec)} - lang_only <= FIELD_NAMES
+    assert set(run_options()) - lang_only <= FIELD_NAMES

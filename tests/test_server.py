@@ -276,13 +276,12 @@ def test_disconnect_mid_stream_frees_kv(server, engine):
     async def read_two_and_leave():
         body = {"text": "Count forever:", "stream": True,
                 "sampling_params": {"max_new_tokens": 400, "ignore_eos": True, **GREEDY}}
-        async with aiohttp.ClientSession() as session:
-            async with session.post(server.url + "/generate", json=body) as resp:
-                seen = 0
-                async for line in resp.content:
-                    seen += line.startswith(b"data:")
-                    if seen == 2:
-                        break  # leaving the block closes the connection mid-stream
+        async with aiohttp.ClientSession() as session, session.post(server.url + "/generate", json=body) as resp:
+            seen = 0
+            async for line in resp.content:
+                seen += line.startswith(b"data:")
+                if seen == 2:
+                    break  # leaving the block closes the connection mid-stream
 
     asyncio.run(read_two_and_leave())
     stats = _wait_idle(engine)

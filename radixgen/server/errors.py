@@ -11,13 +11,10 @@ import re
 import orjson
 from aiohttp import web
 
+from radixgen.runtime.sampling_params import FIELD_NAMES
+
 # The first word of an engine ValueError names the field when it is one of these (engine_api.md's promise).
-_ENGINE_FIELDS = frozenset({
-    "max_new_tokens", "min_new_tokens", "temperature", "top_p", "top_k", "min_p", "frequency_penalty",
-    "presence_penalty", "repetition_penalty", "stop", "stop_token_ids", "ignore_eos", "skip_special_tokens",
-    "seed", "n", "logit_bias", "regex", "json_schema", "ebnf", "grammar", "sampling_params", "input_ids",
-    "prompt", "top_logprobs_num", "logprob_start_len", "no_stop_trim", "spaces_between_special_tokens",
-})
+_ENGINE_FIELDS = FIELD_NAMES | {"sampling_params", "input_ids", "prompt", "top_logprobs_num", "logprob_start_len"}
 _LEADING_NAME = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
 
 

@@ -1,8 +1,8 @@
 """The engine side of one HTTP generation request: its sub-requests' streams, merged, measured and closable.
 
-A request with several prompts, or `n` samples, becomes several single-sample sub-requests (sample i of a
-seeded request gets seed + i, as the engine's own `n` does). Each sub-request is one engine stream, drained by
-its own task into a shared queue, so a handler reads one ordered event stream whatever the fan-out, and
+A request with several prompts, or `n` samples, becomes several single-sample sub-requests
+(`SamplingParams.expand_n`: sample i of a seeded request gets seed + i). Each sub-request is one engine stream,
+drained by its own task into a shared queue, so a handler reads one ordered event stream whatever the fan-out, and
 `close()` (a finished handler, a client that went away, a server shutting down) cancels every task, which
 aborts the unfinished engine requests and frees their KV slots. Time to first token and inter-token latency
 are measured here, per sub-request, as the client sees them.
@@ -15,10 +15,11 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+from radixgen.runtime.sampling_params import SamplingParams
 from radixgen.server.errors import bad_request, from_engine_error, internal_error
 from radixgen.server.metrics import ServerMetrics
 
@@ -33,8 +34,13 @@ class SubRequest:
     """One single-sample engine request: prompt ids, sampling params (n=1), and the prompt it came from."""
 
     input_ids: list[int]
-    sampling_params: dict[str, Any]
+    sampling_params: SamplingParams
     prompt_index: int = 0
+
+
+def sample_requests(input_ids: list[int], params: SamplingParams, prompt_index: int) -> list[SubRequest]:
+    """The `params.n` single-sample sub-requests of one prompt."""
+    return [SubRequest(input_ids, sample, prompt_index) for sample in params.expand_n()]
 
 
 @dataclass(frozen=True)
@@ -58,13 +64,6 @@ def check_fanout(num_prompts: int, n: int, param: str) -> None:
     if num_prompts * n > MAX_SUB_REQUESTS:
         raise bad_request(param, f"{num_prompts} prompt(s) x n={n} exceeds the limit of {MAX_SUB_REQUESTS} "
                                  f"generations per request")
-
-
-def expand_samples(params: dict[str, Any]) -> list[dict[str, Any]]:
-    """The `n` single-sample params one request stands for (seeded ones get seed, seed + 1, ...)."""
-    n = params.get("n") or 1
-    seed = params.get("seed")
-    return [{**params, "n": 1, **({"seed": seed + i} if seed is not None else {})} for i in range(n)]
 
 
 def failure_message(meta: dict[str, Any] | None) -> str | None:
@@ -95,7 +94,7 @@ class Generation:
     # ------------------------------------------------------------------ start
     async def start(self) -> None:
         """Validate every sub-request with the engine (nothing is queued before all pass), then run them."""
-        streams = []
+        streams: list[AsyncGenerator[dict[str, Any], None]] = []  # the engine's streams of chunks
         try:
             for sub in self.subs:
                 t0 = time.perf_counter()
@@ -103,7 +102,7 @@ class Generation:
                     input_ids=sub.input_ids, sampling_params=sub.sampling_params, stream=True,
                     return_logprob=self.logprobs.return_logprob, top_logprobs_num=self.logprobs.top_logprobs_num,
                     logprob_start_len=self.logprobs.logprob_start_len))
-                if any(sub.sampling_params.get(k) is not None for k in ("regex", "json_schema", "ebnf", "grammar")):
+                if sub.sampling_params.constraint is not None:
                     self.metrics.grammar_compile.observe(time.perf_counter() - t0)
         except ValueError as exc:
             for stream in streams:  # never started: closing queues nothing
@@ -112,7 +111,7 @@ class Generation:
         self.started = time.perf_counter()
         self.tasks = [asyncio.create_task(self._pump(i, s)) for i, s in enumerate(streams)]
 
-    async def _pump(self, index: int, stream: AsyncIterator[dict]) -> None:
+    async def _pump(self, index: int, stream: AsyncGenerator[dict[str, Any], None]) -> None:
         t0 = time.perf_counter()
         last: float | None = None
         produced = 0

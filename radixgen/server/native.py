@@ -26,8 +26,8 @@ from radixgen.server.generation import (
     LogprobOptions,
     SubRequest,
     check_fanout,
-    expand_samples,
     failure_message,
+    sample_requests,
 )
 from radixgen.server.state import STATE, ServerState
 
@@ -41,7 +41,8 @@ async def read_body(request: web.Request) -> dict:
 
 
 def check_sampling_params(raw: Any, path: str) -> SamplingParams:
-    """The engine's own validation of one sampling_params dict, as a 400 naming `path.field`."""
+    """One sampling_params dict parsed into the SamplingParams the engine is handed (the request's one parse);
+    a 400 naming `path.field` when it is invalid."""
     if raw is not None and not isinstance(raw, dict):
         raise bad_request(path, f"must be an object, got {type(raw).__name__}")
     try:
@@ -94,8 +95,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
         explicit_max = raw.get("max_new_tokens") if isinstance(raw, dict) else None
         state.check_fits(ids, explicit_max, f"{prompt_field}[{i}]" if batched else prompt_field,
                          f"{path}.max_new_tokens")
-        for sample in expand_samples({**(raw or {}), "n": params.n}):
-            subs.append(SubRequest(ids, sample, i))
+        subs.extend(sample_requests(ids, params, i))
     start = f.integer("logprob_start_len", None, low=-1)
     logprobs = LogprobOptions(
         return_logprob=f.boolean("return_logprob"),

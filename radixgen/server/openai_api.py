@@ -134,27 +134,29 @@ async def _run(request: web.Request, state: ServerState, req: OpenAIRequest, cha
 
 async def _stream(request: web.Request, state: ServerState, req: OpenAIRequest, gen: Generation, chat: bool,
                   created: int) -> web.StreamResponse:
-    base = {"id": req.rid, "object": "chat.completion.chunk" if chat else "text_completion", "created": created,
-            "model": state.model_name}
+    base: dict[str, Any] = {"id": req.rid, "object": "chat.completion.chunk" if chat else "text_completion",
+                            "created": created, "model": state.model_name}
     if req.include_usage:
         base["usage"] = None
     tok = state.engine.tokenizer
     metas: list[dict] = [{} for _ in req.subs]
 
     def chunk(index: int, text: str | None, meta: dict | None, first: bool = False) -> dict:
-        done = meta is not None
+        """One choice's event; `meta` (the sub-request's meta_info) only on its last."""
+        logprobs = None
+        if meta is not None and req.want_logprobs:
+            logprobs = (chat_logprobs(tok, meta, req.top_logprobs) if chat
+                        else completion_logprobs(tok, meta, req.top_logprobs, req.echo))
+        choice: dict[str, Any]
         if chat:
             delta: dict[str, Any] = {"role": "assistant", "content": ""} if first else {}
             if text:
                 delta["content"] = text
-            choice = {"index": index, "delta": delta,
-                      "logprobs": chat_logprobs(tok, meta, req.top_logprobs) if done and req.want_logprobs else None}
+            choice = {"index": index, "delta": delta, "logprobs": logprobs}
         else:
-            choice = {"index": index, "text": text or "",
-                      "logprobs": (completion_logprobs(tok, meta, req.top_logprobs, req.echo)
-                                   if done and req.want_logprobs else None)}
-        choice["finish_reason"] = finish_reason(meta) if done else None
-        if done:
+            choice = {"index": index, "text": text or "", "logprobs": logprobs}
+        choice["finish_reason"] = finish_reason(meta) if meta is not None else None
+        if meta is not None:
             choice["matched_stop"] = matched_stop(meta)
         return {**base, "choices": [choice]}
 

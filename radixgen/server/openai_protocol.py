@@ -10,12 +10,15 @@ object, as OpenAI's JSON mode promises), `json_schema` -> its `schema` (always e
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from radixgen.server.errors import bad_request
+from radixgen.grammars.constraint import CONSTRAINT_KINDS
+from radixgen.runtime.sampling_params import OPENAI_NAMES, SamplingParams, SamplingParamsError
+from radixgen.server.errors import bad_request, from_engine_error
 from radixgen.server.fields import Fields, is_int, is_number, token_id_list
-from radixgen.server.generation import LogprobOptions, SubRequest, check_fanout, expand_samples
+from radixgen.server.generation import LogprobOptions, SubRequest, check_fanout, sample_requests
 from radixgen.server.state import ServerState
 
 MAX_N = 64
@@ -23,14 +26,6 @@ MAX_STOP = 16
 MAX_TOP_LOGPROBS = 20
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions; chat defaults to the context
 
-_COMMON = {"model", "max_tokens", "temperature", "top_p", "n", "stop", "seed", "presence_penalty",
-           "frequency_penalty", "logit_bias", "stream", "stream_options", "response_format", "logprobs",
-           "user", "metadata", "store", "service_tier"}
-_EXTRAS = {"regex", "ebnf", "grammar", "json_schema", "top_k", "min_p", "min_tokens", "repetition_penalty",
-           "ignore_eos", "stop_token_ids", "skip_special_tokens", "no_stop_trim", "rid"}
-COMPLETION_FIELDS = frozenset(_COMMON | _EXTRAS | {"prompt", "echo", "best_of", "suffix"})
-CHAT_FIELDS = frozenset(_COMMON | _EXTRAS | {"messages", "max_completion_tokens", "top_logprobs", "tools",
-                                              "tool_choice", "parallel_tool_calls"})
 CHAT_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 
 
@@ -50,30 +45,82 @@ class OpenAIRequest:
     echo: bool = False
 
 
-def _stop(f: Fields) -> list[str] | None:
-    stop = f.raw("stop")
+# Reads one OpenAI body field as the value of its SamplingParams field: (fields, body name, the engine's default,
+# vocab size) -> value, or None to leave the field at its default. OpenAI's ranges are narrower than the engine's.
+Reader = Callable[[Fields, str, Any, int], Any]
+
+
+def _number(low: float, high: float, low_open: bool = False) -> Reader:
+    return lambda f, name, default, _vocab: f.number(name, default, low=low, high=high, low_open=low_open)
+
+
+def _integer(low: int | None = None, high: int | None = None) -> Reader:
+    return lambda f, name, default, _vocab: f.integer(name, default, low=low, high=high)
+
+
+def _boolean(f: Fields, name: str, default: bool, _vocab: int) -> bool:
+    return f.boolean(name, default)
+
+
+def _stop(f: Fields, name: str, _default: Any, _vocab: int) -> list[str] | None:
+    stop = f.raw(name)
     if stop is None:
         return None
     items = [stop] if isinstance(stop, str) else stop
     if not isinstance(items, list) or not all(isinstance(s, str) and s for s in items):
-        raise bad_request("stop", "must be a non-empty string or an array of non-empty strings")
+        raise bad_request(name, "must be a non-empty string or an array of non-empty strings")
     if len(items) > MAX_STOP:
-        raise bad_request("stop", f"at most {MAX_STOP} stop strings, got {len(items)}")
+        raise bad_request(name, f"at most {MAX_STOP} stop strings, got {len(items)}")
     return items
 
 
-def _logit_bias(f: Fields, vocab_size: int) -> dict[int, float] | None:
-    bias = f.obj("logit_bias")
+def _logit_bias(f: Fields, name: str, _default: Any, vocab_size: int) -> dict[int, float] | None:
+    bias = f.obj(name)
     if not bias:
         return None
     out = {}
     for key, value in bias.items():
         if not (isinstance(key, str) and key.isdigit() and int(key) < vocab_size):
-            raise bad_request("logit_bias", f"keys must be token ids in [0, {vocab_size}), got {key!r}")
+            raise bad_request(name, f"keys must be token ids in [0, {vocab_size}), got {key!r}")
         if not is_number(value) or not -100 <= value <= 100:
-            raise bad_request("logit_bias", f"values must be numbers in [-100, 100], got {value!r} for {key}")
+            raise bad_request(name, f"values must be numbers in [-100, 100], got {value!r} for {key}")
         out[int(key)] = float(value)
     return out
+
+
+def _token_ids(f: Fields, name: str, _default: Any, vocab_size: int) -> list[int] | None:
+    return token_id_list(f.raw(name), name, vocab_size) if f.has(name) else None
+
+
+# SamplingParams field -> how its OpenAI body field (OPENAI_NAMES, else the same name) is read, in reading order:
+# the first bad field is the one a 400 names. `max_tokens` is read by each route (its default differs).
+SAMPLING_READERS: dict[str, Reader] = {
+    "temperature": _number(0.0, 2.0),
+    "top_p": _number(0.0, 1.0, low_open=True),
+    "presence_penalty": _number(-2.0, 2.0),
+    "frequency_penalty": _number(-2.0, 2.0),
+    "n": _integer(low=1, high=MAX_N),
+    "seed": _integer(),
+    "stop": _stop,
+    "logit_bias": _logit_bias,
+    "top_k": _integer(low=-1),
+    "min_p": _number(0.0, 1.0),
+    "min_new_tokens": _integer(low=0),
+    "repetition_penalty": _number(0.0, 10.0, low_open=True),
+    "ignore_eos": _boolean,
+    "skip_special_tokens": _boolean,
+    "no_stop_trim": _boolean,
+    "stop_token_ids": _token_ids,
+}
+# Constraint fields in the order they are checked and named when several are given (JSON Schema last).
+_CONSTRAINT_ORDER = tuple(sorted(CONSTRAINT_KINDS, key=lambda kind: kind == "json_schema"))
+_DEFAULTS = SamplingParams()
+
+_COMMON = {"model", "max_tokens", "stream", "stream_options", "response_format", "logprobs", "user", "metadata",
+           "store", "service_tier", "rid", *CONSTRAINT_KINDS, *(OPENAI_NAMES.get(k, k) for k in SAMPLING_READERS)}
+COMPLETION_FIELDS = frozenset(_COMMON | {"prompt", "echo", "best_of", "suffix"})
+CHAT_FIELDS = frozenset(_COMMON | {"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",
+                                   "parallel_tool_calls"})
 
 
 def _response_format(f: Fields) -> tuple[str, Any] | None:
@@ -102,31 +149,14 @@ def _response_format(f: Fields) -> tuple[str, Any] | None:
     raise bad_request("response_format.type", f"must be 'text', 'json_object' or 'json_schema', got {kind!r}")
 
 
-def sampling_params(f: Fields, state: ServerState, max_tokens: int | None) -> dict[str, Any]:
-    """The engine's sampling_params for the OpenAI fields and extras of one request."""
-    sp: dict[str, Any] = {
-        "max_new_tokens": max_tokens,
-        "temperature": f.number("temperature", 1.0, low=0.0, high=2.0),
-        "top_p": f.number("top_p", 1.0, low=0.0, high=1.0, low_open=True),
-        "presence_penalty": f.number("presence_penalty", 0.0, low=-2.0, high=2.0),
-        "frequency_penalty": f.number("frequency_penalty", 0.0, low=-2.0, high=2.0),
-        "n": f.integer("n", 1, low=1, high=MAX_N),
-        "seed": f.integer("seed"),
-        "stop": _stop(f),
-        "logit_bias": _logit_bias(f, state.vocab_size),
-        "top_k": f.integer("top_k", -1, low=-1),
-        "min_p": f.number("min_p", 0.0, low=0.0, high=1.0),
-        "min_new_tokens": f.integer("min_tokens", 0, low=0),
-        "repetition_penalty": f.number("repetition_penalty", 1.0, low=0.0, high=10.0, low_open=True),
-        "ignore_eos": f.boolean("ignore_eos"),
-        "skip_special_tokens": f.boolean("skip_special_tokens", True),
-        "no_stop_trim": f.boolean("no_stop_trim"),
-    }
-    if f.has("stop_token_ids"):
-        sp["stop_token_ids"] = token_id_list(f.raw("stop_token_ids"), "stop_token_ids", state.vocab_size)
+def sampling_params(f: Fields, state: ServerState, max_tokens: int | None) -> SamplingParams:
+    """The SamplingParams the engine runs for the OpenAI fields and extras of one request."""
+    sp: dict[str, Any] = {"max_new_tokens": max_tokens}
+    for field, read in SAMPLING_READERS.items():
+        sp[field] = read(f, OPENAI_NAMES.get(field, field), getattr(_DEFAULTS, field), state.vocab_size)
     if max_tokens is not None and sp["min_new_tokens"] > max_tokens:
         raise bad_request("min_tokens", f"must not exceed max_tokens ({max_tokens})")
-    constraints = [(k, f.raw(k)) for k in ("regex", "ebnf", "grammar", "json_schema") if f.has(k)]
+    constraints: list[tuple[str, Any]] = [(k, f.raw(k)) for k in _CONSTRAINT_ORDER if f.has(k)]
     for name, value in constraints:
         if name == "json_schema" and not isinstance(value, (dict, str)):
             raise bad_request(name, "must be a JSON Schema object or its JSON text")
@@ -140,7 +170,10 @@ def sampling_params(f: Fields, state: ServerState, max_tokens: int | None) -> di
         raise bad_request(names[1], f"at most one constraint per request, got {names}")
     if constraints:
         sp[constraints[0][0]] = constraints[0][1]
-    return {k: v for k, v in sp.items() if v is not None or k == "max_new_tokens"}
+    try:
+        return SamplingParams.from_dict(sp)
+    except SamplingParamsError as exc:
+        raise from_engine_error(exc) from None
 
 
 def _stream_flags(f: Fields) -> tuple[bool, bool]:
@@ -159,9 +192,9 @@ def _common_checks(f: Fields) -> None:
     f.string("user")
 
 
-def _subs(prompts: list[list[int]], sp: dict[str, Any]) -> list[SubRequest]:
-    check_fanout(len(prompts), sp["n"], "n")
-    return [SubRequest(ids, sample, i) for i, ids in enumerate(prompts) for sample in expand_samples(sp)]
+def _subs(prompts: list[list[int]], sp: SamplingParams) -> list[SubRequest]:
+    check_fanout(len(prompts), sp.n, "n")
+    return [sub for i, ids in enumerate(prompts) for sub in sample_requests(ids, sp, i)]
 
 
 # ------------------------------------------------------------------------------------------------ completions
@@ -194,9 +227,9 @@ async def parse_completion(body: dict, state: ServerState) -> OpenAIRequest:
     logprobs_n = f.integer("logprobs", None, low=0, high=MAX_TOP_LOGPROBS)
     sp = sampling_params(f, state, max_tokens)
     best_of = f.integer("best_of", None, low=1)
-    if best_of is not None and best_of != sp["n"]:
+    if best_of is not None and best_of != sp.n:
         raise bad_request("best_of", "only best_of == n is supported")
-    for i, ids in enumerate(prompts):
+    for ids in prompts:
         state.check_fits(ids, max_tokens, "prompt", "max_tokens")
     stream, include_usage = _stream_flags(f)
     if texts is None and echo:

@@ -15,6 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
+from radixgen.runtime.sampling_params import FIELD_NAMES
 from radixgen.server import sse
 from radixgen.server.errors import ApiError, bad_request, json_response
 from radixgen.server.fields import Fields, parse_json_object
@@ -25,8 +26,6 @@ from radixgen.server.state import STATE
 log = logging.getLogger("radixgen.server")
 
 MAX_BATCH = 256
-_SAMPLING_OPTIONS = ("max_new_tokens", "stop", "stop_token_ids", "temperature", "top_p", "top_k", "min_p",
-                     "frequency_penalty", "presence_penalty", "ignore_eos")
 
 
 def _registry(request: web.Request) -> ProgramRegistry:
@@ -67,7 +66,7 @@ def check_options(program: Program, options: dict | None) -> dict:
             raise bad_request(f"options.{key}", f"unknown run option; known: {sorted(allowed)}")
         if key in params:
             raise bad_request(f"options.{key}", f"{program.name} has a parameter of that name; pass it in args")
-    check_sampling_params({k: v for k, v in options.items() if k in _SAMPLING_OPTIONS}, "options")
+    check_sampling_params({k: v for k, v in options.items() if k in FIELD_NAMES}, "options")
     f = Fields(options, "options")
     f.boolean("return_logprob")
     f.integer("top_logprobs_num", None, low=0, high=64)
