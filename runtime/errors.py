@@ -31,5 +31,9 @@ class UnsupportedQuantizationError(ModelLoadError):
     """A GGUF tensor uses a quantization type the loader does not dequantize."""
 
 
+class TokenizerMismatchError(ModelLoadError):
+    """The tokenizer has ids the model has no embedding row for (it belongs to another model)."""
+
+
 class DownloadError(RadixgenError):
     """Fetching or verifying the default model failed."""

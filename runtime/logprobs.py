@@ -31,8 +31,8 @@ def token_logprobs(logits: torch.Tensor, next_ids: torch.Tensor, top_k: int = 0,
     k = min(top_k, V)
     ids = next_ids.to(logits.device, torch.int64)
     out = torch.empty(T, dtype=torch.float32, device=logits.device)
-    top_v = torch.empty(T, k, dtype=torch.float32, device=logits.device) if k > 0 else None
-    top_i = torch.empty(T, k, dtype=torch.int64, device=logits.device) if k > 0 else None
+    top_v = torch.empty(T, max(k, 0), dtype=torch.float32, device=logits.device)
+    top_i = torch.empty(T, max(k, 0), dtype=torch.int64, device=logits.device)
     for start in range(0, T, chunk_rows):
         end = min(start + chunk_rows, T)
         lp = torch.log_softmax(logits[start:end].float(), dim=-1)
@@ -40,4 +40,4 @@ def token_logprobs(logits: torch.Tensor, next_ids: torch.Tensor, top_k: int = 0,
         if k > 0:
             top = lp.topk(k, dim=-1)
             top_v[start:end], top_i[start:end] = top.values, top.indices
-    return TokenLogprobs(out, top_v, top_i)
+    return TokenLogprobs(out, top_v, top_i) if k > 0 else TokenLogprobs(out)

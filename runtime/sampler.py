@@ -2,7 +2,9 @@
 
 Order of the stages, each skipped when no row of the batch needs it (host flags, no device sync):
 
-    1. logit bias, then penalties (repetition, frequency, presence)       -> "processed logits"
+    1. logit bias, then penalties (repetition, frequency, presence); then -inf for the ids at and past
+       `token_count` (the tokenizer's size, when the model's embedding has padding rows past it, as Qwen2's
+       151,936 rows for 151,665 tokens): such ids are never drawn      -> "processed logits"
     2. grammar mask (packed bitmask, `radixgen.kernels.apply_token_bitmask`)
     3. min_new_tokens: EOS and stop ids get -inf until enough tokens exist (unless that leaves a row with no
        token at all, e.g. a finished grammar that only allows EOS: the grammar wins)
@@ -48,10 +50,13 @@ class Sampler:
     random generator (for unseeded rows); all per-request state lives in the batch."""
 
     def __init__(self, vocab_size: int, device: torch.device | str = "cpu", seed: int = 0,
-                 top_p_candidates: int = 256) -> None:
+                 top_p_candidates: int = 256, token_count: int | None = None) -> None:
         """`top_p_candidates`: top-p first looks for the nucleus among this many most likely tokens (a partial
-        top-k, much cheaper than sorting the vocabulary) and sorts only the rows whose nucleus is wider."""
+        top-k, much cheaper than sorting the vocabulary) and sorts only the rows whose nucleus is wider.
+        `token_count`: only ids below it are drawn (and reported as top logprobs): the tokenizer's size, when
+        the model's `vocab_size` logits include padding ids; None (or a larger count) allows every id."""
         self.vocab_size = vocab_size
+        self.token_count = vocab_size if token_count is None else min(token_count, vocab_size)
         self.top_p_candidates = top_p_candidates
         self.device = torch.device(device)
         self.generator = torch.Generator(device=self.device)
@@ -69,8 +74,10 @@ class Sampler:
         # Greedy rows with nothing to apply read the logits as they are; anything else works on a copy.
         if (batch.all_greedy and grammar_bitmask is None and batch.block_ids is None and batch.logit_bias is None
                 and batch.seen is None and batch.output_counts is None and logits.dtype == torch.float32):
-            return self._greedy_fast(batch, logits)
+            return self._greedy_fast(batch, logits[:, : self.token_count])
         x = self.process_logits(batch, logits.to(torch.float32, copy=True))
+        if self.token_count < self.vocab_size:
+            x[:, self.token_count :] = float("-inf")
         logprobs = torch.log_softmax(x, dim=-1) if batch.needs_logprobs else None
         if grammar_bitmask is not None:
             _apply_grammar(x, grammar_bitmask, bitmask_rows)
@@ -82,11 +89,12 @@ class Sampler:
         chosen = logprobs.gather(1, next_ids[:, None]).squeeze(1)
         if batch.max_top_logprobs == 0:
             return SampleOutput(next_ids, chosen)
-        top = logprobs.topk(min(batch.max_top_logprobs, self.vocab_size), dim=-1)
+        top = logprobs.topk(min(batch.max_top_logprobs, self.token_count), dim=-1)
         return SampleOutput(next_ids, chosen, top.values, top.indices)
 
     def _greedy_fast(self, batch: SamplingBatch, logits: torch.Tensor) -> SampleOutput:
-        """All rows greedy, no bias, penalty, grammar or min-token block: argmax without copying the logits."""
+        """All rows greedy, no bias, penalty, grammar or min-token block: argmax without copying the logits
+        (`logits` [B, token_count], a view that leaves the padding ids out)."""
         next_ids = logits.argmax(dim=-1)
         if not batch.needs_logprobs:
             return SampleOutput(next_ids)
@@ -94,7 +102,7 @@ class Sampler:
         chosen = logprobs.gather(1, next_ids[:, None]).squeeze(1)
         if batch.max_top_logprobs == 0:
             return SampleOutput(next_ids, chosen)
-        top = logprobs.topk(min(batch.max_top_logprobs, self.vocab_size), dim=-1)
+        top = logprobs.topk(min(batch.max_top_logprobs, self.token_count), dim=-1)
         return SampleOutput(next_ids, chosen, top.values, top.indices)
 
     @staticmethod
@@ -151,8 +159,9 @@ def _apply_grammar(x: torch.Tensor, bitmask: torch.Tensor, rows: torch.Tensor | 
 def _block_until_min_tokens(x: torch.Tensor, batch: SamplingBatch) -> None:
     """-inf on EOS / stop ids of rows below min_new_tokens, in place; rows left with no finite logit (their
     grammar allows nothing else) get their values back."""
-    active = (batch.output_lens < batch.min_new_tokens) & batch.has_block_ids
-    ids = batch.block_ids
+    ids, has_ids = batch.block_ids, batch.has_block_ids
+    assert ids is not None and has_ids is not None, "called only for a batch with min_new_tokens"
+    active = (batch.output_lens < batch.min_new_tokens) & has_ids
     old = x.gather(1, ids)
     neg_inf = torch.full_like(old, float("-inf"))
     x.scatter_(1, ids, torch.where(active[:, None], neg_inf, old))

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 import torch
@@ -171,7 +172,7 @@ class SamplingBatch:
         """A new batch of rows `keep` (in that order)."""
         rows = keep.tolist() if isinstance(keep, torch.Tensor) else [int(i) for i in keep]
         idx = host_to_device(np.asarray(rows, dtype=np.int64), self.device)
-        kw = {}
+        kw: dict[str, Any] = {}
         for f in fields(self):
             v = getattr(self, f.name)
             if isinstance(v, torch.Tensor):
@@ -212,13 +213,13 @@ class SamplingBatch:
             width = max(b.block_ids.shape[1] for b in batches if b.block_ids is not None)
             ids, has = [], []
             for b in batches:
-                if b.block_ids is None:
-                    ids.append(torch.zeros(b.batch_size, width, dtype=torch.int64, device=dev))
-                    has.append(torch.zeros(b.batch_size, dtype=torch.bool, device=dev))
-                else:
+                if b.block_ids is not None and b.has_block_ids is not None:
                     pad = b.block_ids[:, :1].expand(-1, width - b.block_ids.shape[1])
                     ids.append(torch.cat([b.block_ids, pad], dim=1))
                     has.append(b.has_block_ids)
+                else:
+                    ids.append(torch.zeros(b.batch_size, width, dtype=torch.int64, device=dev))
+                    has.append(torch.zeros(b.batch_size, dtype=torch.bool, device=dev))
             kw["block_ids"], kw["has_block_ids"] = torch.cat(ids), torch.cat(has)
         return SamplingBatch(**kw)
 

@@ -24,10 +24,9 @@ Encode = Callable[[str], list[int]]
 
 
 @cache
-def gpt2() -> tuple[Vocabulary, Encode]:
+def gpt2(path: Path = TOKENIZERS / "r50k_base.tiktoken") -> tuple[Vocabulary, Encode]:
     import tiktoken
 
-    path = TOKENIZERS / "r50k_base.tiktoken"
     vocab = build_vocabulary(OurTokenizer.from_file(path, pattern="gpt2"))
     ranks = {}
     for line in path.read_bytes().splitlines():

@@ -200,7 +200,8 @@ def test_grammar_mask_is_never_violated(rows):
     with pytest.raises(ValueError, match="bitmask_rows"):
         sampler.sample(batch, logits, _bitmask(allowed), [0, 2])
     masked_greedy = logits[0].masked_fill(~allowed[0], float("-inf")).argmax()
-    assert sampler.sample(build([SP(temperature=0)]), logits[:1], _bitmask(allowed[:1])).next_token_ids[0] == masked_greedy
+    greedy = sampler.sample(build([SP(temperature=0)]), logits[:1], _bitmask(allowed[:1]))
+    assert greedy.next_token_ids[0] == masked_greedy
 
 
 @pytest.mark.parametrize("params", [SP(temperature=0, min_new_tokens=3), SP(min_new_tokens=3, seed=2),

@@ -40,7 +40,6 @@ class AddedTokenMatcher:
                 body = rf"(?<![\w]){body}(?![\w])"
             alternatives.append((r"\s*" if t.lstrip else "") + body + (r"\s*" if t.rstrip else ""))
         self.pattern = regex.compile("|".join(alternatives)) if alternatives else None
-        self._strips = any(t.lstrip or t.rstrip for t in tokens)
 
     def split(self, text: str) -> list[Segment]:
         if self.pattern is None:
@@ -52,9 +51,9 @@ class AddedTokenMatcher:
                 out.append(text[pos : m.start()])
             found = m.group()
             tid = self.by_content.get(found)
-            if tid is None and self._strips:
+            if tid is None:  # the match swallowed whitespace (lstrip / rstrip)
                 tid = self.by_content[found.strip()]
-            out.append(tid)  # type: ignore[arg-type]
+            out.append(tid)
             pos = m.end()
         if pos == 0:
             return [text]

@@ -24,6 +24,12 @@ NO_MERGE = 1 << 62
 LONG_WORD = 256
 
 
+def merge_pair(merge: str | Sequence[str]) -> tuple[str, str]:
+    """One merge as tokenizer.json or GGUF writes it ("left right", or ["left", "right"]) -> (left, right)."""
+    left, right = merge.split(" ", 1) if isinstance(merge, str) else merge
+    return left, right
+
+
 @dataclass
 class BPEModel:
     """Token strings <-> ids and the merge table; `encode_word` turns one alphabet-spelled word into ids."""
@@ -110,9 +116,10 @@ class BPEModel:
                 ids.append(tid)
                 continue
             if self.byte_fallback:
-                byte_ids = [self.byte_token_ids[b] for b in ch.encode("utf-8")]
-                if all(b is not None for b in byte_ids):
-                    ids.extend(byte_ids)  # type: ignore[arg-type]
+                data = ch.encode("utf-8")
+                byte_ids = [tid for tid in map(self.byte_token_ids.__getitem__, data) if tid is not None]
+                if len(byte_ids) == len(data):
+                    ids.extend(byte_ids)
                     continue
             if self.unk_id is None:
                 continue  # no unknown token: Hugging Face drops the character

@@ -5,7 +5,8 @@ Works on the same per-id byte table as `Tokenizer.decode`, so for every prefix o
   * byte-level vocabularies: an incremental UTF-8 decoder holds back an unfinished character;
   * SentencePiece byte fallback: a run of '<0xNN>' tokens is held until a normal token ends it, because
     one bad byte anywhere in the run turns the whole run into U+FFFD characters (Hugging Face's rule);
-  * the SentencePiece leading space is dropped once, at the very start.
+  * the SentencePiece leading space is dropped once, at the very start;
+  * an id past the vocabulary gives no text and changes nothing, as `decode` leaves it out.
 """
 
 from __future__ import annotations
@@ -39,8 +40,8 @@ class IncrementalDetokenizer:
 
     def feed(self, token_id: int) -> str:
         """Add one id; returns the newly final text (possibly empty)."""
-        if token_id in self._skipped:
-            return ""
+        if token_id in self._skipped or not 0 <= token_id < len(self._table):
+            return ""  # an id past the vocabulary (a padding row of the model's embedding) has no text
         data = self._table[token_id]
         if self._is_byte is None:
             return self._emit(self._utf8.decode(data))

@@ -11,13 +11,17 @@ import multiprocessing
 import os
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from .tokenizer import Tokenizer
 
 # Below this many characters a batch is encoded in-process: shipping it costs more than it saves.
 MIN_PARALLEL_CHARS = 1 << 18
 
-_worker_tokenizer = None
+_worker_tokenizer: Tokenizer | None = None  # this worker process's tokenizer, set by `_init_worker`
 
 
 def worth_parallel(texts: Sequence[str]) -> bool:
@@ -33,7 +37,8 @@ def _init_worker(source: tuple[str, dict]) -> None:
 
 
 def _encode_chunk(texts: list[str], add_special_tokens: bool) -> tuple[bytes, bytes]:
-    encode = _worker_tokenizer.encode  # type: ignore[union-attr]
+    assert _worker_tokenizer is not None, "every worker runs _init_worker first"
+    encode = _worker_tokenizer.encode
     lists = [encode(t, add_special_tokens) for t in texts]
     lengths = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
     flat = np.fromiter((i for ids in lists for i in ids), dtype=np.int32, count=int(lengths.sum()))

@@ -11,21 +11,25 @@ Decoding concatenates a precomputed byte string per id and decodes UTF-8 once (s
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from itertools import chain
 from operator import itemgetter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .added_tokens import AddedTokenMatcher
+from .added_tokens import AddedToken, AddedTokenMatcher
 from .bpe import BPEModel
 from .byte_level import BYTE_TO_CHAR, bytes_to_alphabet
 from .chat_template import render_chat_template
 from .decoding import byte_fallback_value, decode_byte_runs, rules_from_decoder, token_bytes_table
 from .detokenizer import IncrementalDetokenizer
-from .normalizers import build_normalizer
+from .normalizers import Normalizer, build_normalizer
 from .pretokenizers import build_pretokenizer
 from .spec import TokenizerSpec
+
+if TYPE_CHECKING:
+    from .pool import EncodePool
 
 # Pieces longer than this are not cached (long whitespace or digit runs, whole SentencePiece segments).
 MAX_CACHED_PIECE = 128
@@ -33,10 +37,10 @@ MAX_CACHED_PIECE = 128
 MAX_CACHE_ENTRIES = 1 << 20
 
 
-class _PieceCache(dict):
+class _PieceCache(dict[str, list[int]]):
     """piece text -> token ids; a miss runs BPE once (`__missing__` keeps the lookup loop in C)."""
 
-    def __init__(self, encode_piece):
+    def __init__(self, encode_piece: Callable[[str], list[int]]):
         super().__init__()
         self.encode_piece = encode_piece
 
@@ -45,6 +49,16 @@ class _PieceCache(dict):
         if len(piece) <= MAX_CACHED_PIECE:
             self[piece] = ids
         return ids
+
+
+def _normalized_contents(tokens: list[AddedToken], normalize: Normalizer | None) -> list[AddedToken]:
+    """The `normalized` added tokens, each spelled as the normalizer writes it: they are looked for in normalized
+    text, so Hugging Face normalizes their content too (under Llama 2's Prepend("▁") normalizer "<s>" is found
+    only as "▁<s>", which then decodes with its space)."""
+    if normalize is None:
+        return []
+    out = [replace(t, content=normalize(t.content)) for t in tokens if t.normalized]
+    return [t for t in out if t.content]
 
 
 class Tokenizer:
@@ -58,7 +72,7 @@ class Tokenizer:
         self.byte_level = self._pretokenize.byte_level
 
         raw = [t for t in spec.added_tokens if not t.normalized or self._normalize is None]
-        normalized = [t for t in spec.added_tokens if t.normalized and self._normalize is not None]
+        normalized = _normalized_contents(spec.added_tokens, self._normalize)
         self._raw_matcher = AddedTokenMatcher(raw) if raw else None
         self._normalized_matcher = AddedTokenMatcher(normalized) if normalized else None
 
@@ -66,12 +80,14 @@ class Tokenizer:
         tokens = [""] * size
         for text, tid in self.model.vocab.items():
             tokens[tid] = text
-        added = {t.id: t.content for t in spec.added_tokens}
+        as_written = {t.id: t.content for t in spec.added_tokens}
+        # spelled and decoded as Hugging Face does: a normalized token as the normalizer wrote it
+        added = as_written | {t.id: t.content for t in normalized}
         for tid, content in added.items():
             tokens[tid] = content
         self._tokens = tokens
         self._token_to_id = {text: tid for tid, text in enumerate(tokens) if text} | {
-            c: i for i, c in added.items()
+            c: i for i, c in as_written.items()
         }
         self.special_token_ids: frozenset[int] = frozenset(t.id for t in spec.added_tokens if t.special)
 
@@ -86,10 +102,12 @@ class Tokenizer:
                 if tid not in added and byte_fallback_value(text) is not None:
                     self._is_byte_token[tid] = 1
 
-        self._byte_ids = [self.model.vocab.get(ch) for ch in BYTE_TO_CHAR] if self.byte_level else None
-        self._byte_ids_incomplete = self._byte_ids is not None and None in self._byte_ids
+        # byte value -> id of its byte-level token (a vocabulary may lack some bytes)
+        byte_ids = [self.model.vocab.get(ch) for ch in BYTE_TO_CHAR] if self.byte_level else []
+        self._byte_id: dict[int, int] = {b: tid for b, tid in enumerate(byte_ids) if tid is not None}
+        self._every_byte_id = list(self._byte_id.values()) if len(self._byte_id) == 256 else None
         self._cache = _PieceCache(self._encode_piece_bytelevel if self.byte_level else self.model.encode_word)
-        self._pool = None
+        self._pool: EncodePool | None = None
         # SentencePiece-style words can be whole sentences; cut them where no merge can cross (see BPEModel)
         self._word_split = None if self.byte_level else self.model.boundary_split("▁")
 
@@ -110,19 +128,21 @@ class Tokenizer:
     # ------------------------------------------------------------------ vocabulary
     @property
     def vocab_size(self) -> int:
-        """Number of ids, added tokens included."""
+        """Number of ids, added tokens included. A model's embedding may have more rows (padding): ids at or
+        past this size stand for no text (`decode`, `token_bytes` and the detokenizer give nothing for them)."""
         return len(self._tokens)
 
     def token_to_id(self, token: str) -> int | None:
         return self._token_to_id.get(token)
 
     def id_to_token(self, token_id: int) -> str:
-        """The token as the vocabulary spells it (byte-level alphabet / '▁' form)."""
-        return self._tokens[token_id]
+        """The token as the vocabulary spells it (byte-level alphabet / '▁' form); "" for an id it lacks."""
+        return self._tokens[token_id] if 0 <= token_id < len(self._tokens) else ""
 
     def token_bytes(self, token_id: int) -> bytes:
-        """The exact bytes this id contributes to decoded text (what grammar masks are built from)."""
-        return self._token_bytes[token_id]
+        """The exact bytes this id contributes to decoded text (what grammar masks are built from); b"" for an
+        id past the vocabulary."""
+        return self._token_bytes[token_id] if 0 <= token_id < len(self._token_bytes) else b""
 
     def all_token_bytes(self) -> list[bytes]:
         """`token_bytes(i)` for every id, in id order."""
@@ -175,11 +195,10 @@ class Tokenizer:
             whole = self.model.vocab.get(bytes_to_alphabet(data))
             if whole is not None:
                 return [whole]
-        symbols = list(map(self._byte_ids.__getitem__, data))  # type: ignore[union-attr]
-        if self._byte_ids_incomplete and None in symbols:
-            symbols = [
-                s for s in symbols if s is not None
-            ]  # bytes the vocabulary lacks are dropped, as in HF
+        if self._every_byte_id is not None:
+            symbols = list(map(self._every_byte_id.__getitem__, data))
+        else:  # bytes the vocabulary lacks are dropped, as in HF
+            symbols = [self._byte_id[b] for b in data if b in self._byte_id]
         return self.model.merge(symbols)
 
     def _encode_text(self, text: str, at_start: bool) -> list[int]:
@@ -241,16 +260,23 @@ class Tokenizer:
 
     # ------------------------------------------------------------------ decoding
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = False) -> str:
-        if not isinstance(ids, list):
-            ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)  # type: ignore[union-attr]
+        """The text of `ids`; ids past the vocabulary are left out (as Hugging Face does)."""
+        if isinstance(ids, list):
+            id_list: list[int] = ids
+        else:
+            tolist = getattr(ids, "tolist", None)  # numpy arrays and torch tensors
+            id_list = tolist() if tolist is not None else list(ids)
         table = self._skip_table if skip_special_tokens else self._token_bytes
-        # itemgetter gathers every id's bytes in one C loop (about 1.6x faster than map over __getitem__)
-        data = b"".join(itemgetter(*ids)(table)) if len(ids) > 1 else b"".join([table[i] for i in ids])
+        try:  # itemgetter gathers every id's bytes in one C loop (faster than map over __getitem__)
+            data = b"".join(itemgetter(*id_list)(table)) if len(id_list) > 1 else b"".join([table[i] for i in id_list])
+        except IndexError:
+            id_list = [i for i in id_list if 0 <= i < len(table)]
+            data = b"".join([table[i] for i in id_list])
         if self.decode_rules.byte_runs_strict:
             try:
                 text = data.decode("utf-8")
             except UnicodeDecodeError:
-                kept = [i for i in ids if i not in self.special_token_ids] if skip_special_tokens else ids
+                kept = [i for i in id_list if i not in self.special_token_ids] if skip_special_tokens else id_list
                 text = decode_byte_runs(kept, self._token_bytes, self._is_byte_token)
         else:
             text = data.decode("utf-8", "replace")

@@ -13,7 +13,7 @@ from typing import Any
 from radixgen.tokenizer.loaders.gguf_reader import read_gguf
 
 from ..added_tokens import AddedToken
-from ..bpe import BPEModel
+from ..bpe import BPEModel, merge_pair
 from ..byte_level import BYTE_TO_CHAR, bytes_to_alphabet
 from ..patterns import CL100K, O200K, QWEN2, TEKKEN
 from ..spec import TokenizerSpec
@@ -88,19 +88,19 @@ def load_gguf(path: Path) -> TokenizerSpec:
         alphabet = set(BYTE_TO_CHAR)
         spelled = [t if set(t) <= alphabet else bytes_to_alphabet(t.encode("utf-8")) for t in tokens]
         vocab = {t: i for i, t in enumerate(spelled)}
-        merges = [tuple(m.split(" ", 1)) for m in merges_raw or []]
-        model = BPEModel.from_merges(vocab, merges)  # type: ignore[arg-type]
+        merges = [merge_pair(m) for m in merges_raw or []]
+        model = BPEModel.from_merges(vocab, merges)
         pre: dict | None = GGUF_PRE_TOKENIZERS.get(meta.get("tokenizer.ggml.pre", "default"), _GPT2_REGEX)
         decoder: dict = {"type": "ByteLevel"}
         add_bos_default = False
     elif kind == "llama":
         vocab = {t: i for i, t in enumerate(tokens)}
         if merges_raw:
-            merges = [tuple(m.split(" ", 1)) for m in merges_raw]
+            merges = [merge_pair(m) for m in merges_raw]
         else:
             merges = _scored_merges(tokens, list(meta.get("tokenizer.ggml.scores") or [0.0] * len(tokens)))
         unk = meta.get("tokenizer.ggml.unknown_token_id")
-        model = BPEModel.from_merges(vocab, merges, byte_fallback=True, unk_id=unk, fuse_unk=True)  # type: ignore[arg-type]
+        model = BPEModel.from_merges(vocab, merges, byte_fallback=True, unk_id=unk, fuse_unk=True)
         pre = {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": False}
         if meta.get("general.architecture") == "phi3":
             # Phi-3's tokenizer.json prepends '▁' with a normalizer (to every stretch between added tokens)

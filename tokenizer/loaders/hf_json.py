@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from ..added_tokens import AddedToken
-from ..bpe import BPEModel
+from ..bpe import BPEModel, merge_pair
 from ..spec import TokenizerSpec
 
 
@@ -23,7 +23,8 @@ def _post_processor_ids(spec: dict | None) -> tuple[list[int], list[int]]:
         return [], []
     kind = spec["type"]
     if kind == "Sequence":
-        prefix, suffix = [], []
+        prefix: list[int] = []
+        suffix: list[int] = []
         for sub in spec["processors"]:
             p, s = _post_processor_ids(sub)
             prefix += p
@@ -79,11 +80,11 @@ def load_tokenizer_json(path: Path) -> TokenizerSpec:
     if model_spec.get("continuing_subword_prefix") or model_spec.get("end_of_word_suffix"):
         raise ValueError("BPE with continuing_subword_prefix / end_of_word_suffix is not supported")
     vocab: dict[str, int] = model_spec["vocab"]
-    merges = [tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m) for m in model_spec["merges"]]
+    merges = [merge_pair(m) for m in model_spec["merges"]]
     unk_token = model_spec.get("unk_token")
     model = BPEModel.from_merges(
         vocab,
-        merges,  # type: ignore[arg-type]
+        merges,
         byte_fallback=bool(model_spec.get("byte_fallback", False)),
         unk_id=vocab.get(unk_token) if unk_token is not None else None,
         fuse_unk=bool(model_spec.get("fuse_unk", False)),
