@@ -1,9 +1,10 @@
 """`radixgen run PROGRAM.py`: run a program file on an in-process engine.
 
 The file runs as `__main__` with the default backend already set to a fresh `Engine`, so a script that calls
-`fn.run(...)` without `backend=` just works; arguments after `--` become its `sys.argv[1:]`. With `--function NAME`, the named `@function` of the file is run
-with `--arg key=value` arguments (values parsed as JSON when they parse, else kept as strings) and its
-variables are printed as JSON.
+`fn.run(...)` without `backend=` just works; arguments after `--` become its `sys.argv[1:]`. With `--function
+NAME`, the file is imported as a module (registered in sys.modules, so its dataclasses resolve their annotations
+when the function runs) and the named `@function` is run with `--arg key=value` arguments (values parsed as JSON
+when they parse, else kept as strings); its variables are printed as JSON.
 """
 
 from __future__ import annotations
@@ -14,13 +15,18 @@ import runpy
 import sys
 from pathlib import Path
 
-from radixgen.cli import Command
+from radixgen.cli import Command, check_at_least, check_device
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("program", help="a Python file of radixgen programs")
-    p.add_argument("--model", default=None, help="HF model folder or .gguf file (default: SmolLM2-135M-Instruct)")
+    p.add_argument("--model", default=None, help="HF model folder, .gguf file or a Hugging Face hub id in the local "
+                                                 "HF cache (default: SmolLM2-135M-Instruct)")
+    p.add_argument("--tokenizer-path", default=None,
+                   help="tokenizer.json (or its folder) or .gguf file, when the model folder has none")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    p.add_argument("--threads", dest="cpu_threads", type=int, default=None,
+                   help="torch threads of a CPU engine (default: the cores less one)")
     p.add_argument("--function", default=None, help="run this @function of the file and print its variables")
     p.add_argument("--arg", action="append", default=[], metavar="KEY=VALUE",
                    help="an argument of --function (repeatable; JSON values allowed)")
@@ -42,21 +48,27 @@ def _parse_args(pairs: list[str]) -> dict:
 def _run(args: argparse.Namespace) -> int:
     from radixgen.lang.function import SglFunction, set_default_backend
     from radixgen.runtime.engine import Engine
+    from radixgen.server.programs import import_program_file
 
     path = Path(args.program)
     if not path.is_file():
         raise FileNotFoundError(f"no such program file: {path}")
     kwargs = _parse_args(args.arg)
-    with Engine(args.model, device=args.device) as engine:
+    check_device(args.device)
+    if args.cpu_threads is not None:
+        check_at_least("--threads", args.cpu_threads, 1)
+    with Engine(args.model, tokenizer_path=args.tokenizer_path, device=args.device,
+                cpu_threads=args.cpu_threads) as engine:
         set_default_backend(engine)
-        argv = sys.argv
-        sys.argv = [str(path), *args.passthrough]  # what follows `--` on the command line
-        try:
-            namespace = runpy.run_path(str(path), run_name="__main__" if args.function is None else "__radixgen__")
-        finally:
-            sys.argv = argv
         if args.function is None:
+            argv = sys.argv
+            sys.argv = [str(path), *args.passthrough]  # what follows `--` on the command line
+            try:
+                runpy.run_path(str(path), run_name="__main__")
+            finally:
+                sys.argv = argv
             return 0
+        namespace = vars(import_program_file(path.resolve(), f"radixgen_run_{path.stem}"))
         fn = namespace.get(args.function)
         if not isinstance(fn, SglFunction):
             found = sorted(k for k, v in namespace.items() if isinstance(v, SglFunction))

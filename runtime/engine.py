@@ -8,19 +8,32 @@ its output chunks from a queue. See docs/engine_api.md for the contract.
 from __future__ import annotations
 
 import asyncio
+import atexit
+import contextlib
+import functools
 import itertools
 import logging
 import threading
 import uuid
+import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from radixgen.runtime.cpu_threads import apply_cpu_threads
 from radixgen.runtime.engine_config import EngineConfig
 from radixgen.runtime.output_sink import AsyncSink, SyncSink
 from radixgen.runtime.request import Req
+from radixgen.runtime.sampling_params import SamplingParams
+from radixgen.runtime.tokenizer_fit import check_tokenizer_fits
+
+if TYPE_CHECKING:
+    from radixgen.grammars import Grammar
+
+# One prompt's sampling options: a SamplingParams, or its SGLang-shaped dict (None: every default).
+SamplingParamsArg = SamplingParams | dict[str, Any] | None
 
 log = logging.getLogger("radixgen.engine")
 
@@ -41,8 +54,9 @@ def _on_own_thread(fn: Callable[[], None]) -> None:
     thread that runs a parallel region keeps a team of worker threads for good. Built on the caller's thread,
     that team would coexist with the loop thread's: more OpenMP threads than cores makes libgomp stop
     spin-waiting between parallel regions, so each of the loop's (dozens per decode step) pays a sleeping
-    worker's wake-up, ~50 us. On the 2-core CPU VM a SmolLM2 decode step at batch 20 took 64 ms instead of 48.
-    A short-lived thread's team ends with it."""
+    worker's wake-up (docs/performance-notes.md). A short-lived thread's team ends with it. The effect is the CPU
+    forward's (its dozens of parallel regions per step), so only a CPU engine builds this way; a CUDA engine
+    builds on the caller's thread."""
     failure: list[BaseException] = []
 
     def run() -> None:
@@ -58,12 +72,19 @@ def _on_own_thread(fn: Callable[[], None]) -> None:
         raise failure[0]
 
 
+def _shutdown_at_exit(engine: weakref.ref[Engine]) -> None:
+    """The atexit hook of a live engine (held weakly, so the hook never keeps an engine alive)."""
+    alive = engine()
+    if alive is not None:
+        alive.shutdown()
+
+
 class Engine:
     """An in-process engine. `Engine(model_path=None, **options)`; options are EngineConfig's fields."""
 
     def __init__(self, model_path: str | None = None, **options: Any) -> None:
         from radixgen.runtime.engine_core import EngineCore
-        from radixgen.runtime.model_runner import ModelRunner
+        from radixgen.runtime.model_runner import ModelRunner, resolve_device_dtype
 
         self.config = EngineConfig.from_options(model_path, **options)
         logging.getLogger("radixgen").setLevel(self.config.log_level.upper())
@@ -72,14 +93,24 @@ class Engine:
             self.runner = ModelRunner(self.config)
             self.model_config = self.runner.model_config
             self.tokenizer = load_tokenizer(self.config.tokenizer_path or self.runner.model_path)
+            check_tokenizer_fits(self.model_config.vocab_size, self.tokenizer.vocab_size, self.config.load_format)
             self.vocab = self._build_vocabulary()
             self.core = EngineCore(self.config, self.runner, self.tokenizer, self.vocab)
 
-        _on_own_thread(build)
+        device, _ = resolve_device_dtype(self.config.device, self.config.dtype)
+        if device.type == "cpu":
+            apply_cpu_threads(self.config.cpu_threads)
+            _on_own_thread(build)
+        else:
+            build()
         self._compile_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="radixgen-compile")
         self._ids = itertools.count()
         self._closed = False
         self.core.start()
+        # Stop and join the loop thread before the interpreter finalizes: a daemon thread still inside torch
+        # when it does aborts the process in native code ("terminate called without an active exception").
+        self._at_exit = functools.partial(_shutdown_at_exit, weakref.ref(self))
+        atexit.register(self._at_exit)
 
     # ----------------------------------------------------------- properties
     @property
@@ -92,12 +123,11 @@ class Engine:
         return build_vocabulary(self.tokenizer)
 
     # -------------------------------------------------------------- building
-    def _prepare(self, prompt: Any, input_ids: Any, sampling_params: Any, return_logprob: bool,
-                 top_logprobs_num: int, logprob_start_len: int | None, rid: Any,
+    def _prepare(self, prompt: Any, input_ids: Any,
+                 sampling_params: SamplingParamsArg | list[SamplingParamsArg] | tuple[SamplingParamsArg, ...],
+                 return_logprob: bool, top_logprobs_num: int, logprob_start_len: int | None, rid: Any,
                  cache_namespace: Any = None) -> tuple[list[Req], bool]:
         """Validate everything and build the Req objects (n per prompt). Raises ValueError on bad input."""
-        from radixgen.runtime.sampling_params import SamplingParams
-
         if (prompt is None) == (input_ids is None):
             raise ValueError("give exactly one of `prompt` (text) or `input_ids`")
         if prompt is not None:
@@ -140,16 +170,16 @@ class Engine:
                 reqs.append(req)
         return reqs, batched or params_list[0].n > 1
 
-    def _compile(self, params):
+    def _compile(self, params: SamplingParams) -> Grammar | None:
         constraint = params.constraint
         if constraint is None:
             return None
-        from radixgen.runtime.constraints import compile_constraint
+        from radixgen.runtime.constraints import compile_request_constraint
 
-        return compile_constraint(constraint, self.vocab)
+        return compile_request_constraint(constraint, self.vocab)
 
-    def _make_req(self, ids: np.ndarray, params, grammar, return_logprob: bool, top_logprobs_num: int,
-                  logprob_start_len: int | None, rid: Any) -> Req:
+    def _make_req(self, ids: np.ndarray, params: SamplingParams, grammar: Grammar | None, return_logprob: bool,
+                  top_logprobs_num: int, logprob_start_len: int | None, rid: Any) -> Req:
         from radixgen.runtime.stop_checker import StopChecker
 
         rid = str(rid) if rid is not None and not isinstance(rid, (list, tuple)) else uuid.uuid4().hex
@@ -164,12 +194,14 @@ class Engine:
         return req
 
     # ------------------------------------------------------------- generate
-    def generate(self, prompt: str | list[str] | None = None, sampling_params: dict | list | None = None,
+    def generate(self, prompt: str | list[str] | None = None,
+                 sampling_params: SamplingParamsArg | list[SamplingParamsArg] = None,
                  input_ids: list | None = None, return_logprob: bool = False, top_logprobs_num: int = 0,
                  logprob_start_len: int | None = None, stream: bool = False, rid: Any = None,
                  cache_namespace: Any = None) -> dict | list[dict] | Iterator[dict]:
         """Generate for one prompt (dict out) or a list of prompts (list out), or stream one prompt's chunks.
 
+        `sampling_params` is a `SamplingParams` or its dict (SGLang's keys), one for all prompts or one per prompt.
         `cache_namespace` (any hashable, e.g. a tenant's cache salt) keeps this request's cached prefixes apart
         from other namespaces'."""
         self._check_open()
@@ -179,39 +211,38 @@ class Engine:
             if len(reqs) != 1:
                 raise ValueError("stream=True takes a single prompt with n=1")
             return self._stream_sync(reqs[0])
-        sinks = []
-        for req in reqs:
-            req.sink = SyncSink()
-            sinks.append(req.sink)
+        sinks = [SyncSink() for _ in reqs]
+        for req, sink in zip(reqs, sinks):
+            req.sink = sink
             self.core.submit(req)
-        results = [self._collect_sync(req) for req in reqs]
+        results = [self._collect_sync(req, sink) for req, sink in zip(reqs, sinks)]
         return results if batched else results[0]
 
-    def _collect_sync(self, req: Req) -> dict:
-        ids: list[int] = []
+    def _collect_sync(self, req: Req, sink: SyncSink) -> dict:
         text = []
         while True:
-            chunk = req.sink.get()
-            text.append(chunk["text"])
-            ids.extend(chunk["output_ids"])
-            if chunk["finished"]:
-                return {"text": "".join(text), "output_ids": list(req.output_ids), "meta_info": chunk["meta_info"]}
+            chunk = sink.get()
+            text.append(chunk.text)
+            if chunk.meta is not None:
+                return {"text": "".join(text), "output_ids": list(req.output_ids), "meta_info": chunk.meta.to_dict()}
 
     def _stream_sync(self, req: Req) -> Iterator[dict]:
-        req.sink = SyncSink()
+        sink = SyncSink()
+        req.sink = sink
         req.stream = True
         self.core.submit(req)
         try:
             while True:
-                chunk = req.sink.get()
-                yield chunk
-                if chunk["finished"]:
+                chunk = sink.get()
+                yield chunk.to_dict()
+                if chunk.finished:
                     return
         finally:
             if req.finish_reason is None:
                 self.core.abort(req.rid)
 
-    async def async_generate(self, prompt: str | list[str] | None = None, sampling_params: dict | list | None = None,
+    async def async_generate(self, prompt: str | list[str] | None = None,
+                             sampling_params: SamplingParamsArg | list[SamplingParamsArg] = None,
                              input_ids: list | None = None, return_logprob: bool = False, top_logprobs_num: int = 0,
                              logprob_start_len: int | None = None, stream: bool = False, rid: Any = None,
                              cache_namespace: Any = None) -> dict | list[dict] | AsyncIterator[dict]:
@@ -225,35 +256,37 @@ class Engine:
             if len(reqs) != 1:
                 raise ValueError("stream=True takes a single prompt with n=1")
             return self._stream_async(reqs[0], loop)
-        for req in reqs:
-            req.sink = AsyncSink(loop)
+        sinks = [AsyncSink(loop) for _ in reqs]
+        for req, sink in zip(reqs, sinks):
+            req.sink = sink
             self.core.submit(req)
-        results = await asyncio.gather(*(self._collect_async(r) for r in reqs))
+        results = await asyncio.gather(*(self._collect_async(r, sink) for r, sink in zip(reqs, sinks)))
         return list(results) if batched else results[0]
 
-    async def _collect_async(self, req: Req) -> dict:
+    async def _collect_async(self, req: Req, sink: AsyncSink) -> dict:
         text = []
         try:
             while True:
-                chunk = await req.sink.get()
-                text.append(chunk["text"])
-                if chunk["finished"]:
+                chunk = await sink.get()
+                text.append(chunk.text)
+                if chunk.meta is not None:
                     return {"text": "".join(text), "output_ids": list(req.output_ids),
-                            "meta_info": chunk["meta_info"]}
+                            "meta_info": chunk.meta.to_dict()}
         except asyncio.CancelledError:
             self.core.abort(req.rid)
             raise
 
     async def _stream_async(self, req: Req, loop: asyncio.AbstractEventLoop) -> AsyncIterator[dict]:
-        req.sink = AsyncSink(loop)
+        sink = AsyncSink(loop)
+        req.sink = sink
         req.stream = True
         self.core.submit(req)
         finished = False
         try:
             while True:
-                chunk = await req.sink.get()
-                finished = chunk["finished"]
-                yield chunk
+                chunk = await sink.get()
+                finished = chunk.finished
+                yield chunk.to_dict()
                 if finished:
                     return
         finally:
@@ -275,6 +308,7 @@ class Engine:
         if self._closed:
             return
         self._closed = True
+        atexit.unregister(self._at_exit)
         self.core.stop()
         self._compile_pool.shutdown(wait=False)
 
@@ -289,7 +323,5 @@ class Engine:
         self.shutdown()
 
     def __del__(self) -> None:  # pragma: no cover - best effort
-        try:
+        with contextlib.suppress(Exception):
             self.shutdown()
-        except Exception:
-            pass

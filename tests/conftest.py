@@ -1,4 +1,8 @@
-"""Shared fixtures and markers: GPU tests skip without CUDA, slow tests skip unless RADIXGEN_SLOW=1."""
+"""Shared fixtures and markers: GPU tests skip without CUDA, slow tests skip unless RADIXGEN_SLOW=1.
+
+`default_model_path` is the default model, fetched on first use by the code behind `radixgen download` (its
+progress lines reach the terminal), so a fresh checkout runs every model test without a setup step.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,6 @@ import os
 from pathlib import Path
 
 import pytest
-from model_fixtures import default_model_path  # noqa: F401  (fixture: the cached default model, else skip)
 
 TESTS_DIR = Path(__file__).resolve().parent
 FIXTURES = TESTS_DIR / "fixtures"
@@ -25,6 +28,21 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason="needs CUDA"))
         if "slow" in item.keywords and not slow_ok:
             item.add_marker(pytest.mark.skip(reason="slow; set RADIXGEN_SLOW=1"))
+
+
+@pytest.fixture(scope="session")
+def default_model_path(pytestconfig: pytest.Config) -> Path:
+    """The default model (SmolLM2-135M-Instruct GGUF) from the cache, downloaded and verified when missing."""
+    from radixgen.runtime.download import cached_model_path, download_model
+
+    path = cached_model_path()
+    if path is not None:
+        return path
+    capture = pytestconfig.pluginmanager.getplugin("capturemanager")
+    if capture is None:
+        return download_model()
+    with capture.global_and_fixture_disabled():  # the download's progress lines go to the terminal
+        return download_model()
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,5 @@
-"""Model fixtures shared by the suite: the default model's path, and tiny random checkpoints of every family.
+"""Tiny random checkpoints of every model family, shared by the suite (the default model is conftest.py's).
 
-`default_model_path` skips the test when the default model is not cached (CI runs `radixgen download` first).
 Tiny checkpoints are written by transformers (test-only) from hand-written config.json dicts in the classic HF
 format (`rope_theta`, `rope_scaling`), the way real checkpoints on disk look.
 """
@@ -10,10 +9,6 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
-
-import pytest
-
-from radixgen.runtime.download import cached_model_path
 
 _BASE = {
     "vocab_size": 256,
@@ -71,11 +66,3 @@ def write_tiny_checkpoint(folder: Path, family: str, seed: int = 0, max_shard_si
     (folder / "config.json").write_text(json.dumps(cfg_dict))  # keep the classic format, not the re-saved one
     return folder
 
-
-@pytest.fixture(scope="session")
-def default_model_path() -> Path:
-    """The cached default model (SmolLM2-135M-Instruct GGUF); skips when it has not been downloaded."""
-    path = cached_model_path()
-    if path is None:
-        pytest.skip("default model not cached; run `radixgen download`")
-    return path

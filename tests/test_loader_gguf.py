@@ -17,12 +17,13 @@ from gguf import GGMLQuantizationType as Q
 from model_fixtures import write_tiny_checkpoint
 from safetensors.torch import load_file
 
+from radixgen.runtime.attention import attention_backend_for
 from radixgen.runtime.errors import (
     CorruptModelFileError,
     UnsupportedArchitectureError,
     UnsupportedQuantizationError,
 )
-from radixgen.runtime.forward_batch import build_forward_batch
+from radixgen.runtime.forward_batch import forward_batch_from_lists
 from radixgen.runtime.kv_pool import KVPool
 from radixgen.runtime.loader import load_model
 from radixgen.runtime.loader.gguf_file import dequantize_tensor
@@ -105,9 +106,10 @@ def _prefill_logits(model, config, ids: list[int]) -> torch.Tensor:
     table = torch.zeros((1, len(ids)), dtype=torch.int32)
     slots = torch.arange(1, len(ids) + 1)
     table[0] = slots.int()
-    batch = build_forward_batch([ids], [0], [0], table, slots, logits_indices=torch.arange(len(ids)))
+    batch = forward_batch_from_lists([ids], [0], [0], table, slots, logits_indices=torch.arange(len(ids)))
+    attention = attention_backend_for(config, pool.device, torch.float32)
     with torch.inference_mode():
-        return model(batch, pool)
+        return model(batch, pool, attention, attention.plan(batch))
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3"])

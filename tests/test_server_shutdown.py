@@ -93,6 +93,30 @@ def _run_and_terminate(default_model_path, port: int, url: str, log, tmp_path) -
             proc.wait()
 
 
+def test_ctrl_c_while_serving_stops_cleanly(default_model_path, tmp_path):
+    """Ctrl-C is a server's ordinary stop: no new connections, drain, shut the engine down, exit 0."""
+    port = free_port()
+    with open(tmp_path / "server.log", "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "radixgen", "serve", "--model", str(default_model_path),
+                                 "--port", str(port), "--max-total-tokens", "1024"],
+                                stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 180
+            while _health(f"http://127.0.0.1:{port}") != 200:
+                assert proc.poll() is None, (tmp_path / "server.log").read_text()
+                assert time.monotonic() < deadline, "server never became ready"
+                time.sleep(0.25)
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(120) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    text = (tmp_path / "server.log").read_text()
+    assert text.rstrip().endswith("stopped"), text
+    assert "Traceback" not in text and "terminate called" not in text
+
+
 class _SlowWarmupEngine:
     """Just enough engine for /health: its first generate waits until the test lets it finish."""
 

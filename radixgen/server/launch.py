@@ -2,7 +2,9 @@
 
 Also `BackgroundServer`, the same server on a thread with its own event loop (tests, benchmarks, notebooks).
 On SIGTERM the listening socket closes at once, requests in flight get `--shutdown-grace` seconds to finish
-(then they are cancelled, which aborts them in the engine), and the engine shuts down.
+(then they are cancelled, which aborts them in the engine), and the engine shuts down. The flags, the program
+files and the listening address are checked before the model loads; whatever fails later, the engine is shut
+down before the command returns.
 """
 
 from __future__ import annotations
@@ -13,12 +15,14 @@ import dataclasses
 import logging
 import os
 import signal
+import socket
 import threading
 from typing import Any
 
 from aiohttp import web
 
 from radixgen.runtime.engine_config import EngineConfig
+from radixgen.runtime.errors import RadixgenError
 from radixgen.server.app import create_app
 from radixgen.server.state import DEFAULT_MAX_BODY_BYTES, DEFAULT_PORT, STATE, ServerSettings
 
@@ -28,12 +32,17 @@ log = logging.getLogger("radixgen.server")
 _NO_FLAG = {"model_path", "dummy_config"}
 
 
+class ListenError(RadixgenError):
+    """The server cannot listen on the address asked for (unknown host, port in use, no permission)."""
+
+
 def _engine_fields() -> list[dataclasses.Field]:
     return [f for f in dataclasses.fields(EngineConfig) if f.name not in _NO_FLAG]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default=None, help="HF model folder or .gguf file (default: SmolLM2-135M-Instruct)")
+    p.add_argument("--model", default=None, help="HF model folder, .gguf file or a Hugging Face hub id in the local "
+                                                 "HF cache (default: SmolLM2-135M-Instruct)")
     p.add_argument("--host", default="127.0.0.1", help="interface to listen on (default: loopback only)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT)
     p.add_argument("--api-key", default=os.environ.get("RADIXGEN_API_KEY"),
@@ -57,7 +66,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                 engine.add_argument(flag, dest=f.name, action="store_true")
             continue
         kind = type(default) if isinstance(default, (int, float)) else int if "int" in str(f.type) else str
-        engine.add_argument(flag, dest=f.name, type=kind, default=default, help=f"default: {default}")
+        aliases = ["--threads"] if f.name == "cpu_threads" else []
+        engine.add_argument(flag, *aliases, dest=f.name, type=kind, default=default, help=f"default: {default}")
     p.set_defaults(log_level="info")  # the per-request log lines are INFO
 
 
@@ -71,22 +81,73 @@ def settings_from(args: argparse.Namespace) -> ServerSettings:
                           shutdown_grace=args.shutdown_grace)
 
 
+def check_arguments(args: argparse.Namespace) -> None:
+    """Refuse flag values the server would trip on only after loading the model, each with a one-line message."""
+    from radixgen.cli import check_at_least, check_device
+
+    if not 0 <= args.port <= 65535:
+        raise ValueError(f"--port must be in 0..65535, got {args.port}")
+    check_at_least("--shutdown-grace", args.shutdown_grace, 0.0)
+    check_at_least("--max-body-bytes", args.max_body_bytes, 1)
+    check_device(args.device)
+
+
+def _listen_error(host: str, port: int, exc: OSError) -> ListenError:
+    return ListenError(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
+
+
+def check_listen_address(host: str, port: int) -> None:
+    """Bind (and release) every address `host` resolves to, so an unknown host or a port in use is reported
+    before the model loads; the real bind reports the same way if the address is taken in between."""
+    try:
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError as exc:
+        raise _listen_error(host, port, exc) from None
+    for family, kind, proto, _name, address in infos:
+        try:
+            sock = socket.socket(family, kind, proto)
+        except OSError:  # an address family this machine lacks; asyncio skips it the same way
+            continue
+        with sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as asyncio's server sockets do
+            try:
+                sock.bind(address)
+            except OSError as exc:
+                raise _listen_error(host, port, exc) from None
+
+
 def run(args: argparse.Namespace) -> int:
+    check_arguments(args)
     from radixgen.runtime.engine import Engine
     from radixgen.server.programs import ProgramRegistry
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     programs = ProgramRegistry.from_files(args.programs) if args.programs else None  # fail before the model loads
+    check_listen_address(args.host, args.port)
+    log.info("loading %s ...", args.model or "the default model")
     engine = Engine(args.model, **engine_options(args))
-    asyncio.run(serve(engine, settings_from(args), programs))
+    try:
+        asyncio.run(serve(engine, settings_from(args), programs))
+    finally:  # also when start-up failed before the app took the engine over
+        engine.shutdown()
+        if programs is not None:
+            programs.close()
     return 0
 
 
 async def start_site(app: web.Application, settings: ServerSettings) -> web.AppRunner:
+    """Set the app up and listen; on failure the app is cleaned up again (its engine too, when it owns it)."""
     runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=settings.shutdown_grace,
                            access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, settings.host, settings.port).start()
+    try:
+        await web.TCPSite(runner, settings.host, settings.port).start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise _listen_error(settings.host, settings.port, exc) from None
+    except BaseException:
+        await runner.cleanup()
+        raise
     return runner
 
 

@@ -11,10 +11,15 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import itertools
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from radixgen.lang.engine_backend import EngineBackend
 
 _module_ids = itertools.count()
 
@@ -61,6 +66,23 @@ def _params(fn) -> tuple[ProgramParam, ...]:
     return tuple(out)
 
 
+def import_program_file(path: Path, module_name: str) -> ModuleType:
+    """Run the file `path` as the module `module_name`, registered in sys.modules before it runs as an import
+    would be: @dataclass (with `from __future__ import annotations`), typing.get_type_hints and pickle look a
+    class's module up there, while the file runs and afterwards."""
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise ValueError(f"cannot import {path}: not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[module_name]
+        raise
+    return module
+
+
 def load_program_file(path: str | Path) -> list[Program]:
     """Import `path` under a private module name and return its `@function` programs by attribute name."""
     from radixgen.lang import SglFunction
@@ -68,11 +90,7 @@ def load_program_file(path: str | Path) -> list[Program]:
     path = Path(path).resolve()
     if not path.is_file():
         raise FileNotFoundError(f"--programs: no such file {path}")
-    spec = importlib.util.spec_from_file_location(f"radixgen_programs_{path.stem}_{next(_module_ids)}", path)
-    if spec is None or spec.loader is None:
-        raise ValueError(f"--programs: cannot import {path}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = import_program_file(path, f"radixgen_programs_{path.stem}_{next(_module_ids)}")
     found = [Program(name, value, _params(value), (inspect.getdoc(value.func) or "").split("\n")[0], str(path))
              for name, value in vars(module).items() if isinstance(value, SglFunction) and not name.startswith("_")]
     if not found:
@@ -88,7 +106,7 @@ class ProgramRegistry:
         for program in programs or []:
             self.add(program)
         self.pool = ThreadPoolExecutor(max_workers, thread_name_prefix="rg-program")
-        self._backend = None
+        self._backend: EngineBackend | None = None
 
     @classmethod
     def from_files(cls, paths: list[str | Path]) -> ProgramRegistry:
@@ -106,7 +124,7 @@ class ProgramRegistry:
     def get(self, name: str) -> Program | None:
         return self.programs.get(name)
 
-    def backend(self, engine: Any) -> Any:
+    def backend(self, engine: Any) -> EngineBackend:
         if self._backend is None:
             from radixgen.lang.engine_backend import EngineBackend
 
