@@ -12,6 +12,7 @@ class EngineConfig:
     load_format: str = "auto"  # auto | safetensors | gguf | dummy
     dtype: str = "auto"  # auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16 | float16
     device: str = "auto"  # auto | cpu | cuda
+    cpu_threads: int | None = None  # torch threads of a CPU engine (None: the cores less one; runtime/cpu_threads.py)
     context_length: int | None = None  # override the model's max_position_embeddings
     # Memory: either an explicit KV budget in tokens, or a fraction of free device memory (CUDA).
     max_total_tokens: int | None = None
@@ -52,6 +53,8 @@ class EngineConfig:
             raise ValueError(f"load_format must be auto|safetensors|gguf|dummy, got {self.load_format!r}")
         if not 0.0 < self.mem_fraction <= 1.0:
             raise ValueError(f"mem_fraction must be in (0, 1], got {self.mem_fraction}")
+        if self.cpu_threads is not None and self.cpu_threads < 1:
+            raise ValueError(f"cpu_threads must be >= 1, got {self.cpu_threads}")
         if self.page_size < 1:
             raise ValueError(f"page_size must be >= 1, got {self.page_size}")
         if self.max_running_requests < 1:
