@@ -142,7 +142,7 @@ def main() -> None:
         runs: dict[bool, list[dict]] = {True: [], False: []}
         for r in range(args.repeats):  # rounds of both sides: this box is shared and drifts, so the sides
             # alternate and each keeps its fastest run; the engine that runs second in a round is slightly
-            # favoured (~1%, not every time: no sharing run both ways, docs/benchmarks.md), so every other
+            # favoured (~1%, not every time: no sharing run both ways, docs/performance-notes.md), so every other
             # round runs the cache-off side first
             on_first = args.order == "on-first" or (args.order == "alternate" and r % 2 == 0)
             for cache_on in ((True, False) if on_first else (False, True)):

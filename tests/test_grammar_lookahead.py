@@ -39,7 +39,7 @@ def test_split_leaves_at_most_sixteen_long_tokens() -> None:
     split, long_tokens, bits = VOCAB.long_tokens
     assert split == 9 and len(long_tokens) == 16  # runs of 10..24 and "é" * 5
     assert all(len(data) > split for _, data, _ in long_tokens)
-    for tid, data, prefix in long_tokens:
+    for _tid, data, prefix in long_tokens:
         assert prefix < 0 or data.startswith(long_tokens[prefix][1])
     assert int(np.unpackbits(bits.view(np.uint8)).sum()) == 16
 
