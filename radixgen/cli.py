@@ -85,7 +85,7 @@ def _generate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", help="auto | cpu | cuda")
     p.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16")
     p.add_argument("--threads", dest="cpu_threads", type=int, default=None,
-                   help="torch threads of a CPU engine (default: the cores less one)")
+                   help="torch threads of a CPU engine (default: one per core; fewer on a busy machine)")
 
 
 def _prompt_ids(tokenizer, prompt: str, raw: bool) -> list[int]:

@@ -26,7 +26,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    help="tokenizer.json (or its folder) or .gguf file, when the model folder has none")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda")
     p.add_argument("--threads", dest="cpu_threads", type=int, default=None,
-                   help="torch threads of a CPU engine (default: the cores less one)")
+                   help="torch threads of a CPU engine (default: one per core; fewer on a busy machine)")
     p.add_argument("--function", default=None, help="run this @function of the file and print its variables")
     p.add_argument("--arg", action="append", default=[], metavar="KEY=VALUE",
                    help="an argument of --function (repeatable; JSON values allowed)")

@@ -1,10 +1,10 @@
 """How many threads torch's CPU ops use in a CPU engine.
 
-torch's default is one OpenMP thread per core. The engine's own threads (the loop thread, which runs the forward
-as the team's first thread, and the caller's, which tokenizes and compiles grammars) need a core too, and on a
-machine with few cores a team as wide as the machine makes every parallel region wait for a thread the OS has
-parked (docs/performance-notes.md). So a CPU engine leaves one core free: the cores this process may run on, less
-one, and at least one. `Engine(cpu_threads=N)` / `--threads N` sets it explicitly.
+A CPU engine runs one torch thread per core this process may run on (its affinity mask: a container's or
+`taskset`'s limit, which torch's own default does not read). On a machine that runs other work as well, fewer
+threads are faster: every parallel region of a forward waits for its slowest thread, and a thread the OS has
+parked for another process stalls them all (docs/performance-notes.md). `Engine(cpu_threads=N)` / `--threads N`
+sets the count.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ def available_cores() -> int:
     return os.cpu_count() or 1
 
 
-def default_cpu_threads(cores: int | None = None) -> int:
-    """The cores (default: this process's) less one for the engine's own threads, at least one."""
-    return max(1, (available_cores() if cores is None else cores) - 1)
+def default_cpu_threads() -> int:
+    """One thread per core this process may run on."""
+    return max(1, available_cores())
 
 
 def apply_cpu_threads(requested: int | None) -> int:

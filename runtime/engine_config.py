@@ -12,7 +12,7 @@ class EngineConfig:
     load_format: str = "auto"  # auto | safetensors | gguf | dummy
     dtype: str = "auto"  # auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16 | float16
     device: str = "auto"  # auto | cpu | cuda
-    cpu_threads: int | None = None  # torch threads of a CPU engine (None: the cores less one; runtime/cpu_threads.py)
+    cpu_threads: int | None = None  # torch threads of a CPU engine (None: one per core; runtime/cpu_threads.py)
     context_length: int | None = None  # override the model's max_position_embeddings
     # Memory: either an explicit KV budget in tokens, or a fraction of free device memory (CUDA).
     max_total_tokens: int | None = None
