@@ -65,3 +65,10 @@ def test_unquantized_files_are_not_cached(tmp_path):
     path = write_gguf(tmp_path / "f.gguf", write_tiny_checkpoint(tmp_path / "hf", "llama"), "llama", Q.F32)
     load_model(path, weight_cache_dir=tmp_path / "cache")
     assert not (tmp_path / "cache").exists()
+
+
+def test_a_bf16_cache_reads_back_exactly(quantized_gguf, tmp_path, monkeypatch):
+    first, _ = load_model(quantized_gguf, weight_cache_dir=tmp_path / "cache", dtype=torch.bfloat16)
+    decodes = _decodes(monkeypatch)
+    second, _ = load_model(quantized_gguf, weight_cache_dir=tmp_path / "cache", dtype=torch.bfloat16)
+    assert not decodes and _same(first, second)
