@@ -16,7 +16,7 @@ import numpy as np
 
 from radixgen.grammars.automaton import ByteAutomaton, DfaAutomaton, PdaAutomaton
 from radixgen.grammars.errors import GrammarError
-from radixgen.grammars.ir import GrammarIR, normalize
+from radixgen.grammars.ir import normalize
 from radixgen.grammars.masks import MaskCache
 from radixgen.grammars.matcher import Matcher
 from radixgen.grammars.pda import build_pda
@@ -118,11 +118,6 @@ def compile_regex(pattern: str, vocab: Vocabulary) -> Grammar:
         return DfaAutomaton(dfa)
 
     return _cached("regex", pattern, vocab, build)
-
-
-def compile_ir(ir: GrammarIR, vocab: Vocabulary, kind: str, source: str) -> Grammar:
-    """Compile a front end's IR (cached under `kind` and `source`)."""
-    return _cached(kind, source, vocab, lambda: PdaAutomaton(build_pda(normalize(ir))))
 
 
 def compile_grammar(text: str, vocab: Vocabulary, syntax: str = "lark", start: str | None = None,

@@ -94,7 +94,7 @@ def _read_into(params: dict[str, torch.nn.Parameter], file: Path) -> bool:
                 if not fits:
                     return False
                 f.seek(8 + header_len + start)
-                if f.readinto(memoryview(param.data.view(-1).view(torch.uint8).numpy())) != stop - start:
+                if f.readinto(param.data.view(-1).view(torch.uint8).numpy().data) != stop - start:
                     return False
     except (OSError, ValueError, KeyError, TypeError) as e:
         logger.warning("%s: unreadable weight cache, decoding the model again (%s)", file, e)
