@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import contextlib
 import functools
 import itertools
 import logging
@@ -323,5 +322,8 @@ class Engine:
         self.shutdown()
 
     def __del__(self) -> None:  # pragma: no cover - best effort
-        with contextlib.suppress(Exception):
+        # No module globals here (contextlib.suppress): at interpreter exit they may already be None.
+        try:  # noqa: SIM105
             self.shutdown()
+        except Exception:
+            pass
