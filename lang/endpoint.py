@@ -1,7 +1,8 @@
 """`Endpoint(url)`: programs on a radixgen server through its native API (docs/engine_api.md, SGLang's shape).
 
 - `POST /generate` with `text` (one or a list) or `input_ids`, `sampling_params`, `return_logprob`,
-  `logprob_start_len`, `top_logprobs_num`, `stream` (server-sent events of delta chunks, then `[DONE]`).
+  `logprob_start_len`, `top_logprobs_num`, `stream` with `stream_delta` (server-sent events of delta chunks,
+  then `[DONE]`).
 - Roles: the chat template is rendered here, from `GET /get_model_info`'s `chat_template` (with `bos_token` and
   `add_bos_token` when given): roles need per-role begin/end text, which a chat completion cannot give.
 - `select`: the prompt alone is prefilled first (its `prompt_tokens` places the scoring window and it caches
@@ -55,7 +56,8 @@ class Endpoint(Backend):
         return [GenResult(o["text"], o.get("meta_info", {})) for o in outs]
 
     def stream(self, prompt: str, spec: GenSpec) -> Iterator[StreamDelta]:
-        for chunk in self.http.post_events("/generate", self._body(spec, text=prompt, stream=True)):
+        body = self._body(spec, text=prompt, stream=True, stream_delta=True)  # each event: its new text only
+        for chunk in self.http.post_events("/generate", body):
             yield StreamDelta(chunk.get("text", ""), bool(chunk.get("finished")), chunk.get("meta_info", {}))
 
     def cache_prefix(self, prompt: str) -> None:

@@ -440,7 +440,7 @@ class EngineCore:
                 finish = LengthFinish()
             if finish is not None:
                 break
-        if not (req.stream or req.params.stop):
+        if not (req.stream or req.params.stop or req.params.stop_regex):
             if finish is not None:
                 self._finish(req, finish)
             return

@@ -24,6 +24,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import regex
+
 from radixgen.grammars.constraint import CONSTRAINT_KINDS, Constraint, json_schema_constraint
 
 GREEDY_TEMPERATURE = 1e-6  # temperatures below this decode greedily
@@ -58,10 +60,13 @@ class SamplingParams:
     ebnf: str | None = None
     grammar: str | None = None
     no_stop_trim: bool = False
+    # Regexes (Python `regex` syntax) matched against the output text; accepts str | list[str] | None.
+    stop_regex: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalise through object.__setattr__
         set_(self, "stop", _normalise_stop(self.stop))
+        set_(self, "stop_regex", _normalise_stop_regex(self.stop_regex))
         set_(self, "stop_token_ids", _normalise_token_ids("stop_token_ids", self.stop_token_ids))
         set_(self, "logit_bias", _normalise_logit_bias(self.logit_bias))
         self._check_values()
@@ -92,6 +97,7 @@ class SamplingParams:
         out = dataclasses.asdict(self)
         out["stop"] = list(self.stop)
         out["stop_token_ids"] = list(self.stop_token_ids)
+        out["stop_regex"] = list(self.stop_regex)
         return out
 
     def validate(self, vocab_size: int) -> None:
@@ -212,6 +218,24 @@ def _normalise_stop(stop: Any) -> tuple[str, ...]:
             raise SamplingParamsError(f"stop must be a string or a list of strings, got an item {s!r}")
         if not s:
             raise SamplingParamsError("stop: stop strings must be non-empty")
+    return tuple(items)
+
+
+def _normalise_stop_regex(patterns: Any) -> tuple[str, ...]:
+    if patterns is None:
+        return ()
+    items = (patterns,) if isinstance(patterns, str) else patterns
+    if not isinstance(items, (list, tuple)):
+        raise SamplingParamsError(f"stop_regex must be a string or a list of strings, got {type(patterns).__name__}")
+    for pattern in items:
+        if not isinstance(pattern, str):
+            raise SamplingParamsError(f"stop_regex must be a string or a list of strings, got an item {pattern!r}")
+        try:
+            compiled = regex.compile(pattern)
+        except regex.error as exc:
+            raise SamplingParamsError(f"stop_regex: invalid regex {pattern!r}: {exc}") from None
+        if compiled.fullmatch("") is not None:
+            raise SamplingParamsError(f"stop_regex: {pattern!r} matches the empty string (it would stop at once)")
     return tuple(items)
 
 

@@ -144,3 +144,16 @@ def test_the_known_key_lists_derive_from_the_fields():
     lang_only = {"return_logprob", "top_logprobs_num", "constraint"}
     assert {f.name for f in dataclasses.fields(GenSpec)} - lang_only <= FIELD_NAMES
     assert set(run_options()) - lang_only <= FIELD_NAMES
+
+
+def test_stop_regex():
+    assert SamplingParams().stop_regex == ()
+    assert SamplingParams.from_dict({"stop_regex": []}).stop_regex == ()  # what SGLang 0.5's client sends
+    assert SamplingParams.from_dict({"stop_regex": r"\d+"}).stop_regex == (r"\d+",)
+    assert SamplingParams.from_dict({"stop_regex": ["a", "b+"]}).to_dict()["stop_regex"] == ["a", "b+"]
+    with pytest.raises(ValueError, match=r"^stop_regex: invalid regex"):
+        SamplingParams(stop_regex="(")
+    with pytest.raises(ValueError, match=r"^stop_regex: .*empty string"):
+        SamplingParams(stop_regex=["ok", "x*"])
+    with pytest.raises(ValueError, match=r"^stop_regex must be"):
+        SamplingParams(stop_regex=[3])

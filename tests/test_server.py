@@ -183,11 +183,12 @@ def test_native_generate_batch_and_stream(server, engine):
     for prompt, out in zip(body["text"], outs):
         assert out["text"] == engine_text(engine, engine.tokenizer.encode(prompt), 5)
         assert out["meta_info"]["completion_tokens"] == len(out["output_ids"])
-    status, raw = http(server, "POST", "/generate", {**body, "text": "The sky is", "stream": True})
+    delta = {"stream": True, "stream_delta": True}
+    status, raw = http(server, "POST", "/generate", {**body, "text": "The sky is", **delta})
     events = sse_events(raw)
     assert "".join(e["text"] for e in events) == outs[0]["text"]
     assert events[-1]["finished"] and events[-1]["meta_info"]["prompt_tokens"] > 0
-    status, raw = http(server, "POST", "/generate", {**body, "stream": True})
+    status, raw = http(server, "POST", "/generate", {**body, **delta})
     events = sse_events(raw)
     for i in (0, 1):
         assert "".join(e["text"] for e in events if e["index"] == i) == outs[i]["text"]

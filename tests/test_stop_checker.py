@@ -119,3 +119,52 @@ def test_any_tokenisation_gives_the_oracle_result():
                 break
         assert emitted == expected, (stops, deltas)
         assert checker.stop_string_hit == matched
+
+
+# ------------------------------------------------------------------------------------------------ stop_regex
+@pytest.mark.parametrize("params, pieces, chunks, finish", [
+    # A match spanning tokens is trimmed; the text before a possible match start streams at once.
+    (SP(stop_regex=r"\d{3}"), ["ab", "1", "2", "3x"], ["ab", "", "", ""], stop(r"\d{3}")),
+    # A partial match that fails is released.
+    (SP(stop_regex=r"\d{3}"), ["ab1", "2x", "45", "6", "zz"], ["ab", "12x", "", ""], stop(r"\d{3}")),
+    # no_stop_trim keeps the matched text (and nothing after it).
+    (SP(stop_regex=r"END\.", no_stop_trim=True), ["hi E", "N", "D.more"], ["hi ", "", "END."], stop(r"END\.")),
+    # `^` is the start of the output, not of the text held back.
+    (SP(stop_regex=r"^Q"), ["aQ", "Q", "z"], ["aQ", "Q", "z"], None),
+    # Lookbehind sees text already emitted.
+    (SP(stop_regex=r"(?<=ab)c"), ["ab", "c!"], ["ab", ""], stop(r"(?<=ab)c")),
+    # A stop string and a stop regex: the one that completes first wins.
+    (SP(stop="zz", stop_regex=r"y+!"), ["a", "yy!zz"], ["a", ""], stop(r"y+!")),
+    (SP(stop="z", stop_regex=r"y+!"), ["a", "yyz!"], ["a", "yy"], stop("z")),
+])
+def test_stop_regex_table(params, pieces, chunks, finish):
+    got_chunks, got_finish, _ = run(params, pieces)
+    assert got_chunks == chunks
+    assert got_finish == finish
+
+
+def test_stop_regex_any_tokenisation_gives_the_oracle_result():
+    """Random texts split at random token boundaries: the output is the text before the leftmost match of the
+    first regex to match (re.search on the text so far decides), and nothing emitted is ever taken back."""
+    import re
+
+    rng = random.Random(1)
+    patterns = [r"a[b#]+c", r"#\d", r"(ab|ba)#", r"c{2,3}a"]
+    for _ in range(400):
+        pattern = rng.choice(patterns)
+        text = "".join(rng.choice("ab#c1") for _ in range(rng.randint(0, 30)))
+        cuts = sorted(rng.sample(range(1, len(text)), rng.randint(0, len(text) - 1))) if len(text) > 1 else []
+        deltas = [text[i:j] for i, j in zip([0, *cuts], [*cuts, len(text)])] if text else []
+        checker = StopChecker(SP(stop_regex=[pattern]))
+        emitted, seen, expected = "", "", text
+        for n, d in enumerate(deltas, start=1):
+            seen += d
+            match = re.search(pattern, seen)
+            if match and expected == text:
+                expected = seen[:match.start()]
+            checker.check_token(100, n)
+            emitted += checker.feed(d, finished=n == len(deltas))
+            if checker.finished:
+                break
+        assert emitted == expected, (pattern, deltas)
+        assert checker.stop_string_hit == (pattern if expected != text or re.search(pattern, text) else None)

@@ -139,6 +139,13 @@ class Generation:
             log.exception("generation %s failed", self.rid)
             self.queue.put_nowait((index, exc))
 
+    def progress_meta(self, index: int, completion_tokens: int) -> dict[str, Any]:
+        """A meta_info for sub-request `index` while it runs (finish_reason None; cached tokens are known at
+        the end)."""
+        return {"id": f"{self.rid}-{index}", "prompt_tokens": len(self.subs[index].input_ids),
+                "completion_tokens": completion_tokens, "cached_tokens": 0, "finish_reason": None,
+                "e2e_latency": time.perf_counter() - self.started}
+
     def _abort_meta(self, index: int, produced: int, latency: float) -> dict:
         return {"id": f"{self.rid}-{index}", "prompt_tokens": len(self.subs[index].input_ids),
                 "completion_tokens": produced, "cached_tokens": 0,

@@ -1,18 +1,25 @@
-"""Middlewares: errors in one JSON shape with per-route status counts (outermost), then Bearer auth."""
+"""Middlewares: errors in one JSON shape with per-route status counts (outermost), then Bearer auth.
+
+A client that leaves before its answer is counted with status 499 (nginx's "client closed request"), whether
+the handler was cancelled, a write failed, or a stream stopped early.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 
 from aiohttp import web
 
 from radixgen.server.errors import ApiError, internal_error
+from radixgen.server.sse import CLIENT_GONE
 from radixgen.server.state import STATE
 
 log = logging.getLogger("radixgen.server")
 
-OPEN_ROUTES = frozenset({"/health"})  # answered without a key: load balancers probe it
+OPEN_ROUTES = frozenset({"/health", "/health_generate"})
+CLIENT_CLOSED = 499  # answered without a key: load balancers probe it
 
 
 def _route(request: web.Request) -> str:
@@ -39,7 +46,7 @@ async def errors_and_counts(request: web.Request, handler) -> web.StreamResponse
     status = 500
     try:
         response = await handler(request)
-        status = response.status
+        status = CLIENT_CLOSED if response.get(CLIENT_GONE) else response.status
         return response
     except ApiError as exc:
         status = exc.status
@@ -48,8 +55,8 @@ async def errors_and_counts(request: web.Request, handler) -> web.StreamResponse
         error = _http_error(exc, request)
         status = error.status
         return error.response()
-    except ConnectionResetError:
-        status = 499  # the client closed the connection
+    except (ConnectionResetError, asyncio.CancelledError):
+        status = CLIENT_CLOSED  # the client closed the connection
         raise
     except Exception as exc:  # one request's bug is a 500 for that request only
         log.exception("internal error on %s %s", request.method, request.path)
@@ -59,7 +66,7 @@ async def errors_and_counts(request: web.Request, handler) -> web.StreamResponse
 
 
 def auth(api_key: str):
-    """Require `Authorization: Bearer <api_key>` (constant-time compare) on every route but /health."""
+    """Require `Authorization: Bearer <api_key>` (constant-time compare) on every route but the OPEN_ROUTES."""
     expected = api_key.encode()
 
     @web.middleware

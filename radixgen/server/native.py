@@ -2,10 +2,12 @@
 
 `POST /generate` takes `text` or `input_ids` (one prompt or a list), `sampling_params` (one dict or one per
 prompt; the engine's names, constraints included), `return_logprob`, `top_logprobs_num`,
-`logprob_start_len`, `stream` and `rid`. Without `stream` it answers the engine's result (a list for a list
-of prompts or `n > 1`); with it, server-sent events of the engine's delta chunks (`text`, `output_ids`,
-`finished`, `meta_info` on the last), each tagged with `index` when there are several sub-requests, then
-`data: [DONE]`.
+`logprob_start_len`, `return_text_in_logprobs`, `stream`, `stream_delta` and `rid` (native_protocol.py lists
+them, and the SGLang fields that are not supported). Without `stream` it answers the engine's result (a list
+for a list of prompts or `n > 1`); with it, server-sent events in SGLang's form (`text` and `output_ids` so
+far, `finished`, `meta_info` on every event), or with `stream_delta` the engine's delta chunks (`meta_info`
+on the last only); each tagged with `index` when there are several sub-requests, then `data: [DONE]`.
+The other routes are SGLang's: tokenize/detokenize, flush_cache, abort_request, model and server info, health.
 """
 
 from __future__ import annotations
@@ -29,10 +31,18 @@ from radixgen.server.generation import (
     failure_message,
     sample_requests,
 )
+from radixgen.server.native_protocol import (
+    GENERATE_FIELDS,
+    NOT_SUPPORTED,
+    NOT_SUPPORTED_SAMPLING,
+    StreamSoFar,
+    drop_not_supported,
+    token_ids_in,
+    token_texts,
+    with_token_text,
+)
 from radixgen.server.state import STATE, ServerState
 
-GENERATE_FIELDS = frozenset({"text", "input_ids", "sampling_params", "return_logprob", "top_logprobs_num",
-                             "logprob_start_len", "stream", "rid"})
 MAX_TOP_LOGPROBS = 64
 
 
@@ -45,6 +55,8 @@ def check_sampling_params(raw: Any, path: str) -> SamplingParams:
     a 400 naming `path.field` when it is invalid."""
     if raw is not None and not isinstance(raw, dict):
         raise bad_request(path, f"must be an object, got {type(raw).__name__}")
+    if raw is not None:
+        raw = drop_not_supported(raw, NOT_SUPPORTED_SAMPLING, path)
     try:
         return SamplingParams.from_dict(raw)
     except SamplingParamsError as exc:
@@ -77,7 +89,7 @@ async def parse_prompts(state: ServerState, f: Fields) -> tuple[list[list[int]],
 
 async def generate(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
-    f = Fields(await read_body(request))
+    f = Fields(drop_not_supported(await read_body(request), NOT_SUPPORTED))
     f.reject_unknown(GENERATE_FIELDS)
     prompts, batched, prompt_field = await parse_prompts(state, f)
     raw_params = f.raw("sampling_params")
@@ -104,22 +116,50 @@ async def generate(request: web.Request) -> web.StreamResponse:
     )
     rid = f.string("rid", nonempty=True)
     stream = f.boolean("stream")
+    delta = f.boolean("stream_delta")
+    with_text = f.boolean("return_text_in_logprobs")
     gen = Generation(state.engine, state.metrics, subs, logprobs, rid=rid, param_prefix="sampling_params")
     with state.generations.track(gen):
         async with gen:
             if stream:
-                return await _stream(request, gen, tag_index=len(subs) > 1)
+                return await _stream(request, state, gen, tag_index=len(subs) > 1, delta=delta, with_text=with_text)
             outputs = await gen.collect()
-    results = [{"text": o.text, "output_ids": o.output_ids, "meta_info": o.meta_info} for o in outputs]
+    metas = [o.meta_info for o in outputs]
+    if with_text:
+        metas = [await _with_token_text(state, m) for m in metas]
+    results = [{"text": o.text, "output_ids": o.output_ids, "meta_info": m} for o, m in zip(outputs, metas)]
     return json_response(results if batched or len(results) > 1 else results[0])
 
 
-async def _stream(request: web.Request, gen: Generation, tag_index: bool) -> web.StreamResponse:
+async def _with_token_text(state: ServerState, meta: dict[str, Any]) -> dict[str, Any]:
+    """`meta` with `[logprob, id, text]` logprob entries (`return_text_in_logprobs`)."""
+    ids = token_ids_in(meta)
+    if not ids:
+        return meta
+    tok = state.engine.tokenizer
+    texts = await state.run_blocking(token_texts, tok.decode, ids)
+    return with_token_text(meta, texts.__getitem__)
+
+
+async def _stream(request: web.Request, state: ServerState, gen: Generation, tag_index: bool, delta: bool,
+                  with_text: bool) -> web.StreamResponse:
+    """SGLang's events (text so far, meta_info on each) or, with `delta`, the engine's delta chunks."""
+    so_far = [StreamSoFar() for _ in gen.subs]
+
     async def produce(response: web.StreamResponse) -> None:
         async for index, chunk in gen.events():
-            event = {"index": index, **chunk} if tag_index else chunk
-            await sse.send(response, event)
-            failure = failure_message(chunk["meta_info"]) if chunk["finished"] else None
+            finished = chunk["finished"]
+            meta = chunk["meta_info"]
+            if finished and with_text:
+                meta = await _with_token_text(state, meta)
+            if delta:
+                event = {**chunk, "meta_info": meta}
+            else:
+                so_far[index].add(chunk)
+                progress = meta if finished else gen.progress_meta(index, len(so_far[index].output_ids))
+                event = so_far[index].event(finished, progress)
+            await sse.send(response, {"index": index, **event} if tag_index else event)
+            failure = failure_message(meta) if finished else None
             if failure:
                 raise ApiError(500, f"generation failed: {failure}", type="internal_error")
 
@@ -179,15 +219,43 @@ async def flush_cache(request: web.Request) -> web.Response:
     return json_response({"flushed": True})
 
 
+async def concate_and_append_request(request: web.Request) -> web.Response:
+    """SGLang's `join(mode="concate_and_append")`: the client has already appended the forks' texts to the
+    destination state, and its next /generate sends that whole text, which the radix cache prefills from the
+    longest cached prefix. radixgen does not splice KV computed at other positions (that would give the joined
+    text different attention than a plain prefill), so this only checks the request and answers success."""
+    f = Fields(await read_body(request))
+    f.reject_unknown(frozenset({"src_rids", "dst_rid"}))
+    src = f.raw("src_rids")
+    if not isinstance(src, list) or not all(isinstance(r, str) for r in src):
+        raise bad_request("src_rids", "must be an array of request ids")
+    f.string("dst_rid")
+    return json_response({"success": True, "kv_concatenated": False})
+
+
+async def not_supported(request: web.Request) -> web.Response:
+    """SGLang routes radixgen has no counterpart for (profiling)."""
+    raise ApiError(400, f"{request.path}: not supported by radixgen", type="invalid_request_error")
+
+
+def _model_path(state: ServerState) -> str:
+    engine = state.engine
+    return str(getattr(engine.runner, "model_path", None) or engine.config.model_path)
+
+
 async def get_model_info(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    engine, tok = state.engine, state.engine.tokenizer
+    tok = state.engine.tokenizer
+    path = _model_path(state)
     return json_response({
-        "model_path": str(getattr(engine.runner, "model_path", None) or engine.config.model_path),
+        "model_path": path,
+        "tokenizer_path": path,
         "served_model_name": state.model_name,
         "context_length": state.context_length,
         "vocab_size": state.vocab_size,
         "is_generation": True,
+        "preferred_sampling_params": None,
+        "weight_version": "default",
         "chat_template": tok.chat_template,
         "bos_token": tok.bos_token,
         "eos_token": tok.eos_token,
@@ -197,12 +265,23 @@ async def get_model_info(request: web.Request) -> web.Response:
 
 
 async def get_server_info(request: web.Request) -> web.Response:
+    """Ours (`engine_config`, `server`, `stats`, ...) and SGLang's flat server-args keys (model_path, host,
+    port, context_length, ..., `internal_states`, `version`)."""
     state = request.app[STATE]
     stats = await state.run_blocking(state.engine.get_stats)
     settings = {k: v for k, v in dataclasses.asdict(state.settings).items() if k != "api_key"}
+    config = dataclasses.asdict(state.engine.config)
+    path = _model_path(state)
     return json_response({
+        "model_path": path,
+        "tokenizer_path": path,
+        "served_model_name": state.model_name,
+        "host": state.settings.host,
+        "port": state.settings.port,
+        "context_length": state.context_length,
+        "internal_states": [stats],
         "version": radixgen.__version__,
-        "engine_config": dataclasses.asdict(state.engine.config),
+        "engine_config": config,
         "server": {**settings, "auth": state.settings.api_key is not None},
         "stats": stats,
         "ready": state.ready,
@@ -218,12 +297,32 @@ async def health(request: web.Request) -> web.Response:
     return json_response({"status": "ok"})
 
 
+async def health_generate(request: web.Request) -> web.Response:
+    """SGLang's deep health check: 200 once a one-token generation has run, 503 otherwise."""
+    state = request.app[STATE]
+    if not state.ready:
+        return json_response({"status": "starting"}, status=503)
+    try:
+        await state.engine.async_generate(input_ids=[0], sampling_params={"max_new_tokens": 1, "temperature": 0})
+    except Exception as exc:  # the engine cannot generate: unhealthy, not a server bug
+        return json_response({"status": "unhealthy", "message": f"{type(exc).__name__}: {exc}"}, status=503)
+    return json_response({"status": "ok"})
+
+
 def add_routes(app: web.Application) -> None:
     app.router.add_post("/generate", generate)
+    app.router.add_put("/generate", generate)
     app.router.add_post("/tokenize", tokenize)
     app.router.add_post("/detokenize", detokenize)
     app.router.add_post("/abort_request", abort_request)
     app.router.add_post("/flush_cache", flush_cache)
+    app.router.add_get("/flush_cache", flush_cache)
+    app.router.add_post("/concate_and_append_request", concate_and_append_request)
     app.router.add_get("/get_model_info", get_model_info)
     app.router.add_get("/get_server_info", get_server_info)
+    app.router.add_get("/server_info", get_server_info)
     app.router.add_get("/health", health)
+    app.router.add_get("/health_generate", health_generate)
+    for route in ("/start_profile", "/stop_profile"):
+        app.router.add_get(route, not_supported)
+        app.router.add_post(route, not_supported)

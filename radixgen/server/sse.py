@@ -9,6 +9,7 @@ from aiohttp import web
 from radixgen.server.errors import ApiError, dumps
 
 DONE = b"data: [DONE]\n\n"
+CLIENT_GONE = "radixgen_client_gone"  # set on a stream response whose client left before the end
 
 
 async def open_stream(request: web.Request) -> web.StreamResponse:
@@ -37,6 +38,7 @@ async def stream(request: web.Request, produce: Callable[[web.StreamResponse], A
     except ApiError as exc:
         await send_error(response, exc)
     except ConnectionResetError:
+        response[CLIENT_GONE] = True
         return response
     await response.write(DONE)
     return response
