@@ -13,7 +13,7 @@ from radixgen.grammars.constraint import Constraint
 from radixgen.lang.choices import check_method
 from radixgen.lang.expr import Expr, ExprList, Gen, RoleBegin, RoleEnd, Select, check_choices, role_expr
 from radixgen.lang.schema import schema_text
-from radixgen.lang.spec import DTYPE_REGEX, GenSpec, grammar_constraint, stop_strings, token_ids
+from radixgen.lang.spec import DTYPE_NAMES, DTYPE_REGEX, GenSpec, grammar_constraint, stop_strings, token_ids
 
 
 def gen(
@@ -34,7 +34,7 @@ def gen(
     logprob_start_len: int | None = None,
     top_logprobs_num: int | None = None,
     return_text_in_logprobs: bool | None = None,
-    dtype: type | None = None,
+    dtype: type | str | None = None,
     choices: Sequence[str] | None = None,
     choices_method: str | None = None,
     regex: str | None = None,
@@ -42,12 +42,17 @@ def gen(
     grammar: str | None = None,
 ) -> Expr:
     """Generate a span named `name`. With `choices` it is a `select`; at most one of regex / json_schema /
-    grammar / dtype constrains the output. `logprob_start_len` and `return_text_in_logprobs` are accepted so that
-    SGLang programs run unchanged; a gen's logprobs always start at its first generated token."""
+    grammar / dtype constrains the output. `n > 1` samples n answers after the same text: the variable holds
+    the list, the text continues with the first. `logprob_start_len` and `return_text_in_logprobs` are accepted so
+    that SGLang programs run unchanged; a gen's logprobs always start at its first generated token."""
     if choices is not None:
         return select(name, choices, temperature or 0.0, choices_method or "token_length_normalized")
-    if n not in (None, 1):
-        raise ValueError("gen(n=...) is not supported; fork the state instead: `forks = s.fork(n)`")
+    if n is not None and (not isinstance(n, int) or n < 1):
+        raise ValueError(f"gen(n=...) must be a positive int, got {n!r}")
+    if isinstance(dtype, str):
+        if dtype not in DTYPE_NAMES:
+            raise TypeError(f"dtype must be one of {sorted(DTYPE_NAMES)}; got {dtype!r}")
+        dtype = DTYPE_NAMES[dtype]
     given = [k for k, v in (("regex", regex), ("json_schema", json_schema), ("grammar", grammar),
                             ("dtype", dtype)) if v is not None]
     if len(given) > 1:
@@ -69,7 +74,7 @@ def gen(
         frequency_penalty=frequency_penalty, presence_penalty=presence_penalty, ignore_eos=ignore_eos,
         return_logprob=return_logprob, top_logprobs_num=top_logprobs_num, constraint=constraint,
     )
-    return Gen(name, spec, dtype)
+    return Gen(name, spec, dtype, n or 1)
 
 
 def gen_int(name: str | None = None, **kwargs: Any) -> Expr:
@@ -78,7 +83,7 @@ def gen_int(name: str | None = None, **kwargs: Any) -> Expr:
 
 
 def gen_string(name: str | None = None, **kwargs: Any) -> Expr:
-    """A double-quoted string on one line (stored without the quotes)."""
+    """A double-quoted string of letters, digits and whitespace, SGLang's REGEX_STR (stored without the quotes)."""
     return gen(name, dtype=str, **kwargs)
 
 
@@ -126,3 +131,13 @@ def assistant_begin() -> Expr:
 
 def assistant_end() -> Expr:
     return RoleEnd("assistant")
+
+
+def image(_path: Any) -> Expr:
+    """SGLang's `sgl.image`: refused, radixgen runs text-only models."""
+    raise NotImplementedError("sgl.image is not supported: radixgen runs text-only models")
+
+
+def video(_path: Any, _num_frames: int = 0) -> Expr:
+    """SGLang's `sgl.video`: refused, radixgen runs text-only models."""
+    raise NotImplementedError("sgl.video is not supported: radixgen runs text-only models")

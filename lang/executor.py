@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from radixgen.lang.backend import Backend, ModelCallError, SelectResult
+from radixgen.lang.backend import Backend, GenResult, ModelCallError, SelectResult
 from radixgen.lang.chat_template import RoleTemplate
 from radixgen.lang.expr import (
     Expr,
@@ -39,15 +39,16 @@ class ProgramError(RuntimeError):
 
 @dataclass
 class TextLog:
-    """Append-only record of text pieces for streaming: (variable name or None, delta); None delta = var done."""
+    """Append-only record of text pieces for streaming: (variable name or None, delta, the variable's meta info so
+    far); a None delta marks the variable done."""
 
-    pieces: list[tuple[str | None, str | None]] = field(default_factory=list)
+    pieces: list[tuple[str | None, str | None, dict[str, Any]]] = field(default_factory=list)
     finished: bool = False
     cond: threading.Condition = field(default_factory=threading.Condition)
 
-    def add(self, var: str | None, delta: str | None) -> None:
+    def add(self, var: str | None, delta: str | None, meta: dict[str, Any] | None = None) -> None:
         with self.cond:
-            self.pieces.append((var, delta))
+            self.pieces.append((var, delta, meta or {}))
             self.cond.notify_all()
 
     def finish(self) -> None:
@@ -57,6 +58,10 @@ class TextLog:
 
     def follow(self, var: str | None, timeout: float | None = None) -> Iterator[str]:
         """Yield text deltas as they arrive: all text, or only those of variable `var` until it completes."""
+        return (delta for delta, _ in self.follow_with_meta(var, timeout))
+
+    def follow_with_meta(self, var: str | None, timeout: float | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
+        """`follow`, each delta paired with the meta info its model call had reported by then."""
         cursor = 0
         while True:
             with self.cond:
@@ -65,16 +70,16 @@ class TextLog:
                         raise TimeoutError("no streamed text within the timeout")
                 if cursor >= len(self.pieces):
                     return
-                name, delta = self.pieces[cursor]
+                name, delta, meta = self.pieces[cursor]
             cursor += 1
             if var is None:
                 if delta:
-                    yield delta
+                    yield delta, meta
             elif name == var:
                 if delta is None:
                     return
                 if delta:
-                    yield delta
+                    yield delta, meta
 
 
 class StreamExecutor:
@@ -137,9 +142,9 @@ class StreamExecutor:
                 self.fail(exc)
 
     # -- interpretation --------------------------------------------------------------------------------------
-    def _append(self, text: str, var: str | None = None) -> None:
+    def _append(self, text: str, var: str | None = None, meta: dict[str, Any] | None = None) -> None:
         self.text += text
-        self.log.add(var, text)
+        self.log.add(var, text, meta)
 
     def execute(self, item: Expr) -> None:
         """Run one expression now, in the calling thread (the drain loop, or a compiled plan)."""
@@ -176,23 +181,37 @@ class StreamExecutor:
     def _gen(self, item: Gen) -> None:
         spec = item.spec.with_defaults(self.defaults)
         prompt = self.text
-        if self.stream:
+        if item.n > 1:
+            self._gen_n(item, prompt, spec)
+        elif self.stream:
             text, meta = "", {}
             for delta in self.backend.stream(prompt, spec):
+                if delta.finished or delta.meta_info:
+                    meta = delta.meta_info
                 if delta.text:
                     text += delta.text
-                    self._append(delta.text, item.name)
-                if delta.finished:
-                    meta = delta.meta_info
+                    self._append(delta.text, item.name, meta)
             self.record_gen(item, prompt, text, meta, appended=True)
         else:
             result = self.backend.generate(prompt, spec)
             self.record_gen(item, prompt, result.text, result.meta_info)
 
+    def _gen_n(self, item: Gen, prompt: str, spec: GenSpec) -> None:
+        """`gen(n=k)`: k samples after the same prompt in one batched call; the text continues with the first."""
+        results = self.backend.generate_batch([prompt] * item.n, [spec] * item.n)
+        for result in results:
+            if isinstance(result, Exception):
+                raise result
+        answers = [r for r in results if isinstance(r, GenResult)]
+        self.record_gen(item, prompt, answers[0].text, answers[0].meta_info)
+        if item.name is not None:
+            self.set_var(item.name, [convert_dtype(r.text, item.dtype) for r in answers])
+            self.meta_info[item.name] = {**answers[0].meta_info, "n_meta_info": [r.meta_info for r in answers]}
+
     def record_gen(self, item: Gen, prompt: str, text: str, meta: dict[str, Any], appended: bool = False) -> None:
         """Apply a finished generation for `item` (called here, or by a compiled plan that batched the call)."""
         if not appended:
-            self._append(text, item.name)
+            self._append(text, item.name, meta)
         self.cached_len = len(prompt)
         _raise_if_aborted(meta)
         if item.name is not None:
@@ -206,7 +225,7 @@ class StreamExecutor:
 
     def record_select(self, item: Select, prompt: str, result: SelectResult) -> None:
         self.cached_len = len(prompt)
-        self._append(result.choice, item.name)
+        self._append(result.choice, item.name, result.meta_info)
         if item.name is not None:
             self.set_var(item.name, result.choice)
             self.meta_info[item.name] = result.meta_info

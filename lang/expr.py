@@ -32,11 +32,13 @@ class Text(Expr):
 
 @dataclass(frozen=True, eq=False)
 class Gen(Expr):
-    """Generate a span; `dtype` converts the text (int/float/bool/str) after decoding."""
+    """Generate a span; `dtype` converts the text (int/float/bool/str) after decoding. With `n > 1` the model
+    samples `n` answers: the variable holds all of them, the text continues with the first."""
 
     name: str | None
     spec: GenSpec
     dtype: type | None = None
+    n: int = 1
 
 
 @dataclass(frozen=True, eq=False)

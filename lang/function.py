@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from radixgen.lang.backend import Backend
 from radixgen.lang.runner import run_many, run_program
@@ -35,10 +35,10 @@ def as_backend(backend: Any) -> Backend:
     raise TypeError(f"expected a radixgen backend or Engine, got {type(backend).__name__}")
 
 
-def set_default_backend(backend: Any) -> None:
-    """The backend programs use when `run` is not given one."""
+def set_default_backend(backend: Any | None) -> None:
+    """The backend programs use when `run` is not given one (None clears it)."""
     global _default_backend
-    _default_backend = as_backend(backend)
+    _default_backend = None if backend is None else as_backend(backend)
 
 
 def get_default_backend() -> Backend | None:
@@ -111,10 +111,28 @@ class SglFunction:
             raise TypeError(f"{self.func.__name__} has no argument(s) {sorted(unknown)}")
         return SglFunction(self.func, {**self.bound, **kwargs})
 
-    def run(self, *args: Any, backend: Any | None = None, stream: bool = False, **kwargs: Any) -> ProgramState:
-        """Run one program; errors are kept in the returned state (`state.error()`)."""
+    @overload  # a list of argument dicts is a batch (`__batch`: positional only); any other call is one run
+    def run(self, __batch: list[dict[str, Any]], *, backend: Any | None = None, **options: Any
+            ) -> list[ProgramState]: ...
+
+    @overload
+    def run(self, *args: Any, backend: Any | None = None, stream: bool = False, **kwargs: Any) -> ProgramState: ...
+
+    def run(self, *args: Any, backend: Any | None = None, stream: bool = False,
+            **kwargs: Any) -> ProgramState | list[ProgramState]:
+        """Run one program; errors are kept in the returned state (`state.error()`). Given one list of argument
+        dicts instead (SGLang's sglang#6122 idiom), it is `run_batch` on that list and returns its list."""
+        if self._is_batch(args) and not stream:
+            return self.run_batch(args[0], backend=backend, **kwargs)
         kwargs, defaults = self._split_options(kwargs)
         return run_program(self.func, resolve_backend(backend), defaults, self._kwargs(args, kwargs), stream)
+
+    def _is_batch(self, args: tuple[Any, ...]) -> bool:
+        """One positional list of dicts whose keys are all argument names: a batch, not a program argument."""
+        if len(args) != 1 or not isinstance(args[0], list) or not args[0]:
+            return False
+        names = set(self.arg_names)
+        return all(isinstance(kw, dict) and set(kw) <= names for kw in args[0])
 
     def run_batch(
         self,

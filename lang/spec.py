@@ -15,13 +15,16 @@ from typing import Any
 from radixgen.grammars.constraint import Constraint
 from radixgen.runtime.sampling_params import FIELD_NAMES, SamplingParams
 
-# Regexes used for dtype-typed gens (`gen(dtype=int)`, `gen_int`, `gen_string`); the text is converted after.
+# Regexes of dtype-typed gens (`gen(dtype=int)`, `gen_int`, `gen_string`), SGLang's REGEX_INT/FLOAT/BOOL/STR
+# exactly, so a program decodes the same language under both; the text is converted after.
 DTYPE_REGEX: dict[type, str] = {
-    int: r"-?(0|[1-9][0-9]{0,17})",
-    float: r"-?(0|[1-9][0-9]{0,15})(\.[0-9]{1,8})?",
+    int: r"[-+]?[0-9]+[ \n]*",
+    float: r"[-+]?[0-9]*\.?[0-9]+[ \n]*",
     bool: r"(True|False)",
-    str: r"\"[^\"\\\n]{0,200}\"",
+    str: r"\"[\w\d\s]*\"",
 }
+# SGLang also spells a dtype by its name.
+DTYPE_NAMES: dict[str, type] = {"int": int, "float": float, "bool": bool, "str": str}
 
 
 def grammar_constraint(text: str) -> Constraint:
@@ -97,5 +100,5 @@ def convert_dtype(text: str, dtype: type | None) -> Any:
     if dtype is bool:
         return stripped == "True"
     if dtype is str:
-        return stripped[1:-1] if len(stripped) >= 2 and stripped[0] == stripped[-1] == '"' else stripped
+        return stripped.removeprefix('"').removesuffix('"')  # a span cut open by max_tokens has no closing quote
     raise TypeError(f"dtype must be int, float, bool or str, got {dtype!r}")

@@ -108,6 +108,10 @@ class ProgramState:
             raise ProgramError(f"variable {name!r} was not produced: {self._ex.error!r}") from self._ex.error
         raise KeyError(f"no variable {name!r}; known: {sorted(self._ex.variables)}")
 
+    def __setitem__(self, name: str, value: Any) -> None:
+        """`s[name] = value` sets a variable, as `set_var` does."""
+        self.set_var(name, value)
+
     def __contains__(self, name: str) -> bool:
         self._ex.sync()
         return name in self._ex.variables
@@ -147,15 +151,19 @@ class ProgramState:
         argument `var_name`; `var=` is accepted too)."""
         return self._ex.log.follow(var if var is not None else var_name, timeout)
 
-    async def text_async_iter(self, var_name: str | None = None, *, var: str | None = None) -> AsyncIterator[str]:
-        """`async for delta in state.text_async_iter():` — `text_iter` without blocking the event loop."""
-        it = self._ex.log.follow(var if var is not None else var_name)
+    async def text_async_iter(self, var_name: str | None = None, return_meta_data: bool = False, *,
+                              var: str | None = None) -> AsyncIterator[Any]:
+        """`async for delta in state.text_async_iter():` — `text_iter` without blocking the event loop. With
+        `return_meta_data` (SGLang's flag) each item is `(delta, meta_info)`, the meta info its call had reported
+        by then (the full meta info arrives with the last delta)."""
+        name = var if var is not None else var_name
+        it: Iterator[Any] = (self._ex.log.follow_with_meta(name) if return_meta_data else self._ex.log.follow(name))
         done = object()
         while True:
-            delta = await asyncio.to_thread(next, it, done)
-            if delta is done:
+            item = await asyncio.to_thread(next, it, done)
+            if item is done:
                 return
-            yield delta  # type: ignore[misc]
+            yield item
 
     def __aiter__(self) -> AsyncIterator[str]:
         return self.text_async_iter()
@@ -208,9 +216,18 @@ class ForkGroup:
     def __getitem__(self, i: int) -> ProgramState:
         return self.states[i]
 
+    def __setitem__(self, i: int, value: ProgramState) -> None:
+        """Completes `forks[i] += expr` (Python stores the result back); a branch cannot be replaced."""
+        if value is not self.states[i]:
+            raise TypeError("a fork's branches cannot be replaced; append to one with `forks[i] += ...`")
+
     def __iadd__(self, other: Any) -> Self:
-        """Append the same expression to every branch (a list appends item i to branch i)."""
-        if isinstance(other, (list, tuple)):
+        """Append the same expression to every branch; a list appends item i to branch i, and a function of the
+        branch index (`forks += lambda i: ...`) appends what it returns for each."""
+        if callable(other) and not isinstance(other, Expr):
+            for i, state in enumerate(self.states):
+                state += other(i)
+        elif isinstance(other, (list, tuple)):
             if len(other) != len(self.states):
                 raise ValueError(f"got {len(other)} items for {len(self.states)} branches")
             for state, item in zip(self.states, other):

@@ -1,8 +1,8 @@
 """radixgen: fast, exactly-shaped execution of multi-call LLM programs.
 
 The public API is re-exported here; everything else is internal. `import radixgen as sgl` gives the program
-language with SGLang's names. `Engine` loads on first use, so `import radixgen` stays light (no torch until an
-engine is built).
+language with SGLang's names (`image` and `video` refuse with a clear error: radixgen runs text-only models).
+`Engine` loads on first use, so `import radixgen` stays light (no torch until an engine is built).
 """
 
 from typing import Any
@@ -19,6 +19,9 @@ from radixgen.lang import (
     gen,
     gen_int,
     gen_string,
+    get_default_backend,
+    global_config,
+    image,
     select,
     set_default_backend,
     system,
@@ -27,6 +30,7 @@ from radixgen.lang import (
     user,
     user_begin,
     user_end,
+    video,
 )
 
 RuntimeEndpoint = Endpoint  # SGLang's name for the same backend
@@ -37,8 +41,9 @@ _LAZY = {"Engine": ("radixgen.runtime.engine", "Engine")}
 
 __all__ = [
     "Endpoint", "Engine", "EngineBackend", "OpenAICompatible", "ProgramState", "RuntimeEndpoint", "assistant",
-    "assistant_begin", "assistant_end", "function", "gen", "gen_int", "gen_string", "select",
-    "set_default_backend", "system", "system_begin", "system_end", "user", "user_begin", "user_end",
+    "assistant_begin", "assistant_end", "function", "gen", "gen_int", "gen_string", "get_default_backend",
+    "global_config", "image", "select", "set_default_backend", "system", "system_begin", "system_end", "user",
+    "user_begin", "user_end", "video",
 ]
 
 

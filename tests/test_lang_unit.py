@@ -172,6 +172,8 @@ def test_dtype_gens_convert_their_text():
     assert convert_dtype("3.5", float) == 3.5
     assert convert_dtype("True", bool) is True
     assert convert_dtype('"hi"', str) == "hi"
+    assert convert_dtype('"cut ope', str) == "cut ope"  # max_tokens ended the span before its closing quote
+    assert convert_dtype("+7 \n", int) == 7
     be = ScriptedBackend({"n=": "17"})
 
     @sgl.function
@@ -492,3 +494,80 @@ def test_a_gen_spec_gives_the_engine_object_and_the_wire_dict():
     spec = sgl.gen("x", max_tokens=3, stop="\n", regex="[a-z]+").spec
     assert spec.to_sampling_params() == SamplingParams(max_new_tokens=3, stop=("\n",), regex="[a-z]+")
     assert spec.sampling_params() == {"max_new_tokens": 3, "stop": ["\n"], "regex": "[a-z]+"}
+
+
+# -- SGLang's idioms (issue 22): each as SGLang's own test programs write it -----------------------------------
+def test_fork_item_add_lambda_add_and_setitem_variables():
+    @sgl.function
+    def prog(s):
+        forks = s.fork(3)
+        forks += lambda i: f"branch {i}:"
+        for i in range(3):
+            forks[i] += sgl.gen("tip", max_tokens=i + 1)
+        forks.join()
+        s["label"] = "set"
+
+    state = prog.run(backend=ScriptedBackend())
+    assert state.error() is None
+    assert state["tip"] == ["x", "xx", "xxx"] and state["label"] == "set"
+    forks = few_shot.run(question="q", backend=ScriptedBackend()).fork(2)
+    with pytest.raises(TypeError, match="cannot be replaced"):
+        forks[0] = forks[1]
+
+
+def test_text_async_iter_pairs_deltas_with_meta_info():
+    @sgl.function
+    def prog(s):
+        s += "A:" + sgl.gen("answer", max_tokens=3)
+
+    async def collect(state):
+        return [item async for item in state.text_async_iter("answer", return_meta_data=True)]
+
+    pairs = asyncio.run(collect(prog.run(backend=ScriptedBackend(), stream=True)))
+    assert "".join(text for text, _ in pairs) == "xxx"
+    assert all(isinstance(meta, dict) for _, meta in pairs)
+
+
+def test_gen_n_keeps_every_answer_and_continues_with_the_first():
+    @sgl.function
+    def prog(s):
+        s += "A:" + sgl.gen("answer", max_tokens=2, n=3) + "!"
+
+    be = ScriptedBackend()
+    state = prog.run(backend=be)
+    assert state["answer"] == ["xx", "xx", "xx"] and state.text() == "A:xx!"
+    assert sum(c[0] == "generate" for c in be.calls) == 3
+    assert not prog.trace().static  # n > 1 runs eagerly under compile()
+    with pytest.raises(ValueError, match="positive int"):
+        sgl.gen("a", n=0)
+
+
+def test_dtype_regexes_are_sglangs_and_dtype_names_work():
+    from radixgen.lang.spec import DTYPE_REGEX
+
+    sglang_regexes = {int: r"[-+]?[0-9]+[ \n]*", float: r"[-+]?[0-9]*\.?[0-9]+[ \n]*", bool: r"(True|False)",
+                      str: r"\"[\w\d\s]*\""}  # sglang/lang/ir.py: REGEX_INT, REGEX_FLOAT, REGEX_BOOL, REGEX_STR
+    assert sglang_regexes == DTYPE_REGEX
+    assert sgl.gen("a", dtype="int").spec.constraint == sgl.gen("a", dtype=int).spec.constraint
+    with pytest.raises(TypeError, match="dtype"):
+        sgl.gen("a", dtype="list")
+
+
+def test_run_on_a_list_of_argument_dicts_is_run_batch():
+    states = few_shot.run([{"question": "a"}, {"question": "b"}], backend=ScriptedBackend({"A:": " y"}))
+    assert [s["answer"] for s in states] == [" y", " y"]
+
+
+def test_global_config_default_backend_is_the_default_backend_and_image_refuses():
+    previous = sgl.get_default_backend()
+    be = ScriptedBackend()
+    try:
+        sgl.global_config.default_backend = be
+        assert sgl.get_default_backend() is be and sgl.global_config.default_backend is be
+        assert few_shot.run(question="q")["answer"] == "xxxx"
+        sgl.global_config.enable_precache_with_tracing = False  # accepted; no effect
+    finally:
+        sgl.global_config.default_backend = previous
+        sgl.global_config.enable_precache_with_tracing = True
+    with pytest.raises(NotImplementedError, match="text-only"):
+        sgl.image("example_image.png")
