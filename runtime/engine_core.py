@@ -103,6 +103,8 @@ class EngineCore:
         self.counters = EngineCounters()
         self.inbox: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()  # (kind, payload), see `_drain`
         self.reqs: dict[str, Req] = {}
+        # rid -> why its grammar failed while filling this step's mask: the request ends when its token arrives
+        self._grammar_failures: dict[str, str] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.bitmask_words = (self.vocab_size + 31) // 32
@@ -341,13 +343,22 @@ class EngineCore:
         # Ids past the tokenizer's vocabulary (padding rows of the embedding) stay 0: never allowed.
         mask = np.zeros((len(matchers), self.bitmask_words), dtype=np.int32)
         width = bitmask_words(len(self.vocab.token_bytes))
-        for k, (_, matcher) in enumerate(matchers):
-            matcher.fill_mask(mask[k, :width])
+        for k, (j, matcher) in enumerate(matchers):
+            try:
+                matcher.fill_mask(mask[k, :width])
+            except Exception as exc:  # one request's grammar never takes the batch down: that request ends
+                log.exception("grammar mask of request %s failed", reqs[j].rid)
+                self._grammar_failures[reqs[j].rid] = f"constraint failed: {type(exc).__name__}: {exc}"
+                mask[k, :width] = -1  # any token: the row is sampled, then thrown away with its request
         rows = [j for j, _ in matchers]
         return torch.from_numpy(mask).to(self.device), torch.tensor(rows, dtype=torch.int64, device=self.device)
 
     def _on_token(self, req: Req, token: int, logprob: float | None, top: TopLogprobs) -> None:
         if req.state is not ReqState.RUNNING:
+            return
+        failure = self._grammar_failures.pop(req.rid, None)
+        if failure is not None:
+            self._finish(req, AbortFinish(failure))
             return
         if req.first_token_time is None:
             req.first_token_time = time.perf_counter()
@@ -472,6 +483,7 @@ class EngineCore:
             delta_text += self._text_so_far(req, finished=True)
         self.scheduler.finish(req)
         self.reqs.pop(req.rid, None)
+        self._grammar_failures.pop(req.rid, None)
         req.finish_reason = reason
         c = self.counters
         c.finished += 1

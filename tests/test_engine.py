@@ -337,3 +337,24 @@ def test_the_engine_is_built_on_a_short_lived_thread():
     assert seen[0] is not threading.current_thread() and not seen[0].is_alive()
     with pytest.raises(ValueError, match="boom"):
         _on_own_thread(lambda: (_ for _ in ()).throw(ValueError("boom")))
+
+
+def test_a_failing_grammar_ends_only_its_request(engine, monkeypatch):
+    """A matcher that cannot build its mask aborts that request with the reason; the batch's others finish."""
+    from radixgen.grammars.matcher import Matcher
+
+    def broken(self, row):
+        raise ValueError("mask row of the wrong size")
+
+    monkeypatch.setattr(Matcher, "fill_mask", broken)
+    free, constrained = engine.generate(
+        ["The capital of France is", "Answer yes or no:"],
+        [{"max_new_tokens": 8, "temperature": 0, "ignore_eos": True},
+         {"max_new_tokens": 8, "temperature": 0, "regex": "(yes|no)"}])
+    assert free["meta_info"]["finish_reason"]["type"] == "length" and len(free["output_ids"]) == 8
+    reason = constrained["meta_info"]["finish_reason"]
+    assert reason["type"] == "abort"
+    assert "constraint failed: ValueError: mask row of the wrong size" in reason["message"]
+    monkeypatch.undo()
+    again = engine.generate("Answer yes or no:", {"max_new_tokens": 8, "temperature": 0, "regex": "(yes|no)"})
+    assert again["text"] in ("yes", "no")  # the engine goes on serving constrained requests
