@@ -69,12 +69,27 @@ def check_at_least(flag: str, value: float, low: float) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- generate
-def _generate_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("prompt", help="the prompt text")
+def add_engine_arguments(p: argparse.ArgumentParser) -> None:
+    """The model and device flags of every command that builds an in-process engine (generate, run)."""
     p.add_argument("--model", default=None, help="HF model folder, .gguf file or a Hugging Face hub id in the local "
                                                  "HF cache (default: SmolLM2-135M-Instruct)")
     p.add_argument("--tokenizer-path", default=None,
                    help="tokenizer.json (or its folder) or .gguf file, when the model folder has none")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    p.add_argument("--threads", dest="cpu_threads", type=int, default=None,
+                   help="torch threads of a CPU engine (default: one per core; fewer on a busy machine)")
+
+
+def check_engine_arguments(args: argparse.Namespace) -> None:
+    """Refuse bad values of `add_engine_arguments`' flags before a model loads."""
+    check_device(args.device)
+    if args.cpu_threads is not None:
+        check_at_least("--threads", args.cpu_threads, 1)
+
+
+def _generate_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("prompt", help="the prompt text")
+    add_engine_arguments(p)
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--seed", type=int, default=0, help="seed of the sampler when temperature > 0")
@@ -82,10 +97,7 @@ def _generate_arguments(p: argparse.ArgumentParser) -> None:
     template.add_argument("--raw", action="store_true",
                           help="plain completion of the prompt (default: the model's chat template when it has one)")
     template.add_argument("--chat", action="store_true", help=argparse.SUPPRESS)  # the default now; still accepted
-    p.add_argument("--device", default="auto", help="auto | cpu | cuda")
     p.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16")
-    p.add_argument("--threads", dest="cpu_threads", type=int, default=None,
-                   help="torch threads of a CPU engine (default: one per core; fewer on a busy machine)")
 
 
 def _prompt_ids(tokenizer, prompt: str, raw: bool) -> list[int]:
@@ -99,9 +111,7 @@ def _prompt_ids(tokenizer, prompt: str, raw: bool) -> list[int]:
 def _run_generate(args: argparse.Namespace) -> int:
     check_at_least("--max-new-tokens", args.max_new_tokens, 1)
     check_at_least("--temperature", args.temperature, 0.0)
-    check_device(args.device)
-    if args.cpu_threads is not None:
-        check_at_least("--threads", args.cpu_threads, 1)
+    check_engine_arguments(args)
     from radixgen.runtime.engine import Engine
 
     print(f"radixgen: loading {args.model or 'the default model'} ...", file=sys.stderr, flush=True)

@@ -15,18 +15,12 @@ import runpy
 import sys
 from pathlib import Path
 
-from radixgen.cli import Command, check_at_least, check_device
+from radixgen.cli import Command, add_engine_arguments, check_engine_arguments
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("program", help="a Python file of radixgen programs")
-    p.add_argument("--model", default=None, help="HF model folder, .gguf file or a Hugging Face hub id in the local "
-                                                 "HF cache (default: SmolLM2-135M-Instruct)")
-    p.add_argument("--tokenizer-path", default=None,
-                   help="tokenizer.json (or its folder) or .gguf file, when the model folder has none")
-    p.add_argument("--device", default="auto", help="auto | cpu | cuda")
-    p.add_argument("--threads", dest="cpu_threads", type=int, default=None,
-                   help="torch threads of a CPU engine (default: one per core; fewer on a busy machine)")
+    add_engine_arguments(p)
     p.add_argument("--function", default=None, help="run this @function of the file and print its variables")
     p.add_argument("--arg", action="append", default=[], metavar="KEY=VALUE",
                    help="an argument of --function (repeatable; JSON values allowed)")
@@ -54,9 +48,7 @@ def _run(args: argparse.Namespace) -> int:
     if not path.is_file():
         raise FileNotFoundError(f"no such program file: {path}")
     kwargs = _parse_args(args.arg)
-    check_device(args.device)
-    if args.cpu_threads is not None:
-        check_at_least("--threads", args.cpu_threads, 1)
+    check_engine_arguments(args)
     with Engine(args.model, tokenizer_path=args.tokenizer_path, device=args.device,
                 cpu_threads=args.cpu_threads) as engine:
         set_default_backend(engine)

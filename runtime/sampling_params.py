@@ -207,36 +207,36 @@ def _check_float(name: str, value: Any) -> None:
         raise SamplingParamsError(f"{name} must be finite, got {value}")
 
 
-def _normalise_stop(stop: Any) -> tuple[str, ...]:
-    if stop is None:
+def _string_list(name: str, value: Any) -> tuple[str, ...]:
+    """None, a string, or a list of strings, as a tuple of strings."""
+    if value is None:
         return ()
-    items = (stop,) if isinstance(stop, str) else stop
+    items = (value,) if isinstance(value, str) else value
     if not isinstance(items, (list, tuple)):
-        raise SamplingParamsError(f"stop must be a string or a list of strings, got {type(stop).__name__}")
-    for s in items:
-        if not isinstance(s, str):
-            raise SamplingParamsError(f"stop must be a string or a list of strings, got an item {s!r}")
-        if not s:
-            raise SamplingParamsError("stop: stop strings must be non-empty")
+        raise SamplingParamsError(f"{name} must be a string or a list of strings, got {type(value).__name__}")
+    for item in items:
+        if not isinstance(item, str):
+            raise SamplingParamsError(f"{name} must be a string or a list of strings, got an item {item!r}")
     return tuple(items)
 
 
+def _normalise_stop(stop: Any) -> tuple[str, ...]:
+    items = _string_list("stop", stop)
+    if not all(items):
+        raise SamplingParamsError("stop: stop strings must be non-empty")
+    return items
+
+
 def _normalise_stop_regex(patterns: Any) -> tuple[str, ...]:
-    if patterns is None:
-        return ()
-    items = (patterns,) if isinstance(patterns, str) else patterns
-    if not isinstance(items, (list, tuple)):
-        raise SamplingParamsError(f"stop_regex must be a string or a list of strings, got {type(patterns).__name__}")
+    items = _string_list("stop_regex", patterns)
     for pattern in items:
-        if not isinstance(pattern, str):
-            raise SamplingParamsError(f"stop_regex must be a string or a list of strings, got an item {pattern!r}")
         try:
             compiled = regex.compile(pattern)
         except regex.error as exc:
             raise SamplingParamsError(f"stop_regex: invalid regex {pattern!r}: {exc}") from None
         if compiled.fullmatch("") is not None:
             raise SamplingParamsError(f"stop_regex: {pattern!r} matches the empty string (it would stop at once)")
-    return tuple(items)
+    return items
 
 
 def _normalise_token_ids(name: str, ids: Any) -> tuple[int, ...]:

@@ -271,13 +271,12 @@ def test_concurrent_streams_equal_sequential(server, engine):
         assert "".join(e["choices"][0]["text"] for e in events) == expected[prompt]
 
 
-def test_disconnect_mid_stream_frees_kv(server, engine):
-    aborted_before = engine.get_stats()["aborted"]
-
+def leave_a_stream_after_two_events(url: str) -> None:
+    """Start a long streamed /generate, read two events, then close the connection mid-stream."""
     async def read_two_and_leave():
         body = {"text": "Count forever:", "stream": True,
                 "sampling_params": {"max_new_tokens": 400, "ignore_eos": True, **GREEDY}}
-        async with aiohttp.ClientSession() as session, session.post(server.url + "/generate", json=body) as resp:
+        async with aiohttp.ClientSession() as session, session.post(url + "/generate", json=body) as resp:
             seen = 0
             async for line in resp.content:
                 seen += line.startswith(b"data:")
@@ -285,6 +284,11 @@ def test_disconnect_mid_stream_frees_kv(server, engine):
                     break  # leaving the block closes the connection mid-stream
 
     asyncio.run(read_two_and_leave())
+
+
+def test_disconnect_mid_stream_frees_kv(server, engine):
+    aborted_before = engine.get_stats()["aborted"]
+    leave_a_stream_after_two_events(server.url)
     stats = _wait_idle(engine)
     assert stats["aborted"] == aborted_before + 1 and stats["generated_tokens"] > 0
     assert stats["kv_slots_free"] + stats["kv_slots_cached"] == stats["kv_slots_total"]  # no slot leaked

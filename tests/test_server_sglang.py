@@ -7,10 +7,9 @@ from __future__ import annotations
 import asyncio
 import re
 
-import aiohttp
 import pytest
 from lang_engine_cache import shared_engine
-from test_server import http, sse_events
+from test_server import http, leave_a_stream_after_two_events, sse_events
 
 from radixgen.server.launch import BackgroundServer
 from radixgen.server.state import ServerSettings
@@ -155,17 +154,7 @@ def test_sglang_fields_radixgen_lacks_are_not_supported(server):
 
 # ------------------------------------------------------------------------------------------------ metrics
 def test_client_disconnect_is_counted_as_499(server):
-    async def read_two_and_leave():
-        body = {"text": "Count forever:", "stream": True,
-                "sampling_params": {"max_new_tokens": 400, "ignore_eos": True, **GREEDY}}
-        async with aiohttp.ClientSession() as session, session.post(server.url + "/generate", json=body) as resp:
-            seen = 0
-            async for line in resp.content:
-                seen += line.startswith(b"data:")
-                if seen == 2:
-                    break
-
-    asyncio.run(read_two_and_leave())
+    leave_a_stream_after_two_events(server.url)
     line = ""
     for _ in range(400):  # the server notices the disconnect at its next write
         text = http(server, "GET", "/metrics")[1]
