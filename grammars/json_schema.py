@@ -1,65 +1,59 @@
 """JSON Schema -> grammar text in the GBNF dialect of `ebnf.py`, so a schema compiles like any user grammar.
 
-`json_schema_to_ebnf(schema)` returns the grammar and the list of what it could not enforce exactly
-(`relaxations`); `compile_json_schema(schema, vocab)` compiles that grammar for a vocabulary. The rule: every
-constraint is enforced exactly, or enforced more strictly (the grammar accepts a subset of the valid
-instances), or named in `relaxations`; unsatisfiable schemas and unsupported references raise `SchemaError`.
+`json_schema_to_ebnf(schema)` returns the grammar with its report; `compile_json_schema(schema, vocab)` compiles
+that grammar for a vocabulary. The rule: every keyword constrains only the instance types it governs (draft
+2020-12, and each older draft's own keywords when its `$schema` names it) and is enforced exactly, or the
+report says how the grammar differs: `relaxations` (it accepts more: keywords with no exact grammar) and
+`narrowings` (it accepts less: an inferred type, an asserted `format`, a fixed key order or spelling). Invalid
+and unsatisfiable schemas, and references we cannot follow, raise `SchemaError`.
 
-Output policy (what a grammar accepts, beyond validity):
+Output policy (what a grammar accepts, beyond validity; all reported as narrowings):
 * Whitespace `"compact"` (the default) is one line with `", "` and `": "` separators, exactly what
   `json.dumps(value, ensure_ascii=False)` writes and what models usually emit; `"flexible"` allows up to
   `max_whitespace` spaces, tabs or newlines between any two tokens (for pretty-printed output).
 * Properties come in declared order; optional ones may be skipped; extra properties (when allowed) follow the
   declared ones. Required properties missing from `properties` are declared after them.
-* Strings accept every JSON escape except half a surrogate pair (`\\ud83d` alone), so `minLength` /
-  `maxLength` count characters exactly; inside a `pattern`, a character is accepted raw or by its usual escape
-  (`\\"`, `\\n`, `\\u001f`), not as `\\u0041`. Counts above 4,096 (the core's largest repetition) are
-  reported as relaxed.
-* Without `type`, the type is inferred from the keywords present (`properties` -> object, ...).
+* Property names and constants are spelled as `json.dumps(..., ensure_ascii=False)` writes them; integers and
+  numbers under bounds, `multipleOf` or excluded values are written without exponent, integers without a
+  fraction (`1`, not `1.0`). Strings accept every JSON escape except half a surrogate pair, so lengths count
+  characters exactly; inside a `pattern`, a character is accepted raw or by its usual escape, not as `\\u0041`.
+* Without `type`, the type is inferred from the keywords present (`properties` -> object, ...), unless
+  `infer_types=False`: then every JSON type is allowed, each with the keywords that govern it.
 * `strict=True` forbids properties and tuple items the schema does not mention when it leaves
   `additionalProperties` / `items` unspecified (XGrammar's strict mode); the default follows JSON Schema.
-* Numbers under bounds are written without exponent; integers never as `-0` or `1.0`.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from .errors import GrammarError
 from .grammar import Grammar, compile_grammar
 from .json_schema_charset import ANY_JSON_CHAR
 from .json_schema_containers import ObjectBuilder, array_rule
-from .json_schema_formats import FORMATS, INTEGER, NUMBER, integer_range, number_range
+from .json_schema_formats import NUMBER
+from .json_schema_logic import MAX_ANY_OF_PRODUCT, rewrite_logic, settle_unevaluated
 from .json_schema_merge import (
-    ARRAY_KEYWORDS,
     JSON_TYPES,
-    OBJECT_KEYWORDS,
+    NOT_INTEGER,
     Schema,
     Unsatisfiable,
+    constrains,
     is_trivial,
-    json_pointer_get,
     merge,
     normalize,
 )
-from .json_schema_regex import UnsupportedPattern, pattern_full_width, pattern_to_regex, regex_width
-from .json_schema_text import alternation, literal, other_char, quantifier, rule_hint, terminal
-from .json_schema_types import (
-    UnknownType,
-    bound,
-    ceil_int,
-    declared_types,
-    disjoint,
-    floor_int,
-    inferred_types,
-    is_trivial_keyword,
-    negated_types,
-    ref_set,
-    type_matches,
-    value_allowed,
-)
+from .json_schema_negate import negate
+from .json_schema_refs import References, draft_of
+from .json_schema_report import Report, SchemaError
+from .json_schema_scalars import enum_expr, number_expr, string_expr
+from .json_schema_text import alternation, literal, other_char, rule_hint, terminal
+from .json_schema_types import UnknownType, declared_types, disjoint, inferred_types, ref_set
+from .json_schema_values import satisfies, satisfies_flat
 from .pda import MAX_REPEAT
 
 if TYPE_CHECKING:
@@ -67,34 +61,18 @@ if TYPE_CHECKING:
 
 Whitespace = Literal["compact", "flexible"]
 
-# Keywords that constrain instances but have no grammar here: each one present is reported as relaxed.
-_RELAXED_KEYWORDS = {
-    "not": "`not` is not enforced",
-    "dependencies": "`dependencies` is not enforced",
-    "dependentRequired": "`dependentRequired` is not enforced",
-    "dependentSchemas": "`dependentSchemas` is not enforced",
-    "contains": "`contains` is not enforced",
-    "unevaluatedItems": "`unevaluatedItems` is not enforced",
-    "$dynamicRef": "`$dynamicRef` is not followed",
-    "$recursiveRef": "`$recursiveRef` is not followed",
-}
-_MAX_ANY_OF_PRODUCT = 256
-_MAX_REGEX_REPEAT = 16  # longer counted repetitions of a string character become GBNF repetitions
-
-
-class SchemaError(GrammarError):
-    """A schema that is invalid, unsatisfiable or uses something we can neither enforce nor relax.
-
-    The message starts with the JSON pointer of the offending subschema.
-    """
+_MAX_NEGATION_DEPTH = 16
+_REFERENCE_KEYS = ("$ref", "$dynamicRef", "$recursiveRef")
+__all__ = ["SchemaConversion", "SchemaError", "compile_json_schema", "json_schema_to_ebnf"]
 
 
 @dataclass(frozen=True)
 class SchemaConversion:
-    """The grammar text (start rule `root`) and what could not be enforced exactly, one message each."""
+    """The grammar text (start rule `root`) and how it differs from the schema, one message each."""
 
     ebnf: str
     relaxations: tuple[str, ...]
+    narrowings: tuple[str, ...] = ()
 
 
 def json_schema_to_ebnf(
@@ -103,6 +81,7 @@ def json_schema_to_ebnf(
     whitespace: Whitespace = "compact",
     strict: bool = False,
     max_whitespace: int = 32,
+    infer_types: bool = True,
 ) -> SchemaConversion:
     """Convert a JSON Schema (dict, boolean, or its JSON text) to GBNF text; see the module docstring."""
     if isinstance(schema, str):
@@ -114,7 +93,7 @@ def json_schema_to_ebnf(
         raise SchemaError("(root): a schema must be an object or a boolean")
     if whitespace not in ("compact", "flexible"):
         raise ValueError(f"whitespace must be 'compact' or 'flexible', not {whitespace!r}")
-    conv = Converter(schema, whitespace, strict, max_whitespace)
+    conv = Converter(schema, whitespace, strict, max_whitespace, infer_types)
     try:
         root = conv.expr(schema, "")
     except Unsatisfiable as exc:
@@ -123,39 +102,50 @@ def json_schema_to_ebnf(
         raise SchemaError(f"invalid schema: {exc}") from exc
     except RecursionError as exc:
         raise SchemaError("(root): schema nests or refers to itself too deeply") from exc
-    return SchemaConversion(conv.render(root), tuple(dict.fromkeys(conv.relaxations)))
+    relaxations, narrowings = conv.report.final()
+    return SchemaConversion(conv.render(root), relaxations, narrowings)
 
 
 def compile_json_schema(schema: dict[str, Any] | bool | str, vocab: Vocabulary, **opts: Any) -> Grammar:
     """Compile a JSON Schema for `vocab` (options as for `json_schema_to_ebnf`): the core's cached `Grammar` of
-    the emitted EBNF, built with the conversion's `relaxations` (part of its cache key, so two schemas with the
-    same grammar but different relaxations each get their own report)."""
+    the emitted EBNF, built with the conversion's `relaxations` and `narrowings` (part of its cache key, so two
+    schemas with the same grammar but different reports each get their own)."""
     conversion = json_schema_to_ebnf(schema, **opts)
-    return compile_grammar(conversion.ebnf, vocab, syntax="ebnf", relaxations=conversion.relaxations)
+    return compile_grammar(conversion.ebnf, vocab, syntax="ebnf", relaxations=conversion.relaxations,
+                           narrowings=conversion.narrowings)
 
 
 class Converter:
-    """One conversion: the rules emitted so far, memo tables, and the relaxations found."""
+    """One conversion: the rules emitted so far, memo tables, and the report."""
 
-    def __init__(self, root: Schema, whitespace: Whitespace, strict: bool, max_whitespace: int) -> None:
+    def __init__(self, root: Schema, whitespace: Whitespace, strict: bool, max_whitespace: int,
+                 infer_types: bool) -> None:
         self.root = root
         self.strict = strict
+        self.infer_types = infer_types
+        self.draft = draft_of(root)
+        self.refs = References(root)
+        self.report = Report()
         self.rules: dict[str, str] = {}
         self.memo: dict[Any, str] = {}
-        self.relaxations: list[str] = []
         self._keep_alive: list[Any] = []  # memo keys are ids of these objects
-        self._anchors: dict[str, str] | None = None
         self._flattening: set[str] = set()
         self._pending: dict[int, str | None] = {}  # ids of schemas being converted -> rule name if recursive
+        self._negation_depth = 0
+        spelling = ("property names and constants as json.dumps writes them; numbers under bounds, multipleOf "
+                    "or excluded values without exponent, integers without fraction or exponent")
         if whitespace == "compact":
             self.ws = ""
             self.comma, self.colon = '", "', '": "'
+            self.narrow("", f"whitespace as json.dumps writes it (', ' and ': ', nothing else: whitespace='flexible' "
+                            f"allows more); {spelling}")
         else:
             self.rules["ws"] = terminal(f"[ \\t\\n\\r]{{0,{max_whitespace}}}")
             self.ws = "ws"
             self.comma, self.colon = 'ws "," ws', 'ws ":" ws'
+            self.narrow("", f"at most {max_whitespace} whitespace characters between tokens; {spelling}")
 
-    # ---- rules ------------------------------------------------------------------------------------------
+    # ---- rules and report ----------------------------------------------------------------------------------
     def new_rule(self, hint: str, body: str | None = None) -> str:
         base = re.sub(r"[^A-Za-z0-9_-]+", "-", hint).strip("-")[:40] or "s"
         if not base[0].isalpha():
@@ -168,10 +158,12 @@ class Converter:
         return name
 
     def shared(self, name: str, body: str) -> str:
-        """A fixed helper rule (any value, plain string, ...), emitted once."""
-        if name not in self.rules:
-            self.rules[name] = body
-        return name
+        """A fixed helper rule (plain string, one character, ...), emitted once under a name no schema rule
+        takes (a `$defs` entry may well be called `string`)."""
+        key = ("shared", name)
+        if key not in self.memo:
+            self.memo[key] = self.new_rule(name, body)
+        return self.memo[key]
 
     def render(self, root_expr: str) -> str:
         lines = [f"root ::= {root_expr}"]
@@ -193,12 +185,42 @@ class Converter:
         return lo, hi
 
     def relax(self, ptr: str, message: str) -> None:
-        self.relaxations.append(f"{message} at {ptr or '/'}")
+        self.report.relax(ptr, message)
+
+    def narrow(self, ptr: str, message: str) -> None:
+        self.report.narrow(ptr, message)
 
     def error(self, ptr: str, message: str) -> SchemaError:
         return SchemaError(f"{ptr or '/'}: {message}")
 
-    # ---- dispatch ---------------------------------------------------------------------------------------
+    @contextmanager
+    def scratch(self) -> Iterator[Report]:
+        """Report into a scratch `Report` (for flattening done only to reason about a schema)."""
+        saved, self.report = self.report, Report()
+        try:
+            yield self.report
+        finally:
+            self.report = saved
+
+    # ---- values --------------------------------------------------------------------------------------------
+    def exact_flatten(self, schema: Schema, ptr: str) -> dict[str, Any] | None:
+        """`flatten(schema)` when it is exact (no relaxation needed), else None; reports nothing."""
+        if not isinstance(schema, dict):
+            return {} if schema else {"type": []}
+        with self.scratch() as report:
+            try:
+                flat = self.flatten(schema, ptr)
+            except SchemaError:
+                return None
+        return None if report.relaxations else flat
+
+    def satisfies(self, value: Any, schema: Schema) -> bool | None:
+        return satisfies(value, schema, self.exact_flatten, self.draft)
+
+    def satisfies_flat(self, value: Any, flat: dict[str, Any]) -> bool | None:
+        return satisfies_flat(value, flat, self.exact_flatten, self.draft)
+
+    # ---- dispatch ------------------------------------------------------------------------------------------
     def expr(self, schema: Schema, ptr: str) -> str:
         """A GBNF expression for the instances of `schema` (a rule name or a short inline expression)."""
         if schema is True or is_trivial(schema):
@@ -207,11 +229,11 @@ class Converter:
             raise Unsatisfiable(f"false schema at {ptr or '/'}")
         if not isinstance(schema, dict):
             raise self.error(ptr, f"a schema must be an object or a boolean, not {type(schema).__name__}")
-        refs = ref_set(schema)
+        refs = ref_set({"$ref": schema["$ref"]} if self.draft < 2019 and "$ref" in schema else schema)
         if refs is not None:  # (allOf of) references, e.g. merged properties: one rule per set of targets,
             if len(refs) == 1:  # named before its body so recursion terminates
                 return self.ref_rule(next(iter(refs)), ptr)
-            return self.ref_set_rule(refs, schema, ptr)
+            return self.ref_set_rule(refs, ptr)
         key = id(schema)
         if key in self.memo:
             return self.memo[key]
@@ -233,7 +255,7 @@ class Converter:
         return out
 
     def ref_rule(self, ref: str, ptr: str) -> str:
-        target_ptr, target = self.resolve(ref, ptr)
+        target_ptr, target = self.refs.resolve(ref, ptr)
         key = ("ref", target_ptr)
         if key in self.memo:
             return self.memo[key]
@@ -242,7 +264,7 @@ class Converter:
         self.rules[name] = self.expr(target, target_ptr)
         return name
 
-    def ref_set_rule(self, refs: frozenset[str], schema: dict[str, Any], ptr: str) -> str:
+    def ref_set_rule(self, refs: frozenset[str], ptr: str) -> str:
         key = ("refs", refs)
         if key in self.memo:
             return self.memo[key]
@@ -251,59 +273,38 @@ class Converter:
         self.rules[name] = self.flat_expr(self.flatten({"allOf": [{"$ref": r} for r in sorted(refs)]}, ptr), ptr)
         return name
 
-    def resolve(self, ref: str, ptr: str) -> tuple[str, Schema]:
-        if not isinstance(ref, str):
-            raise self.error(ptr, "$ref must be a string")
-        base, _, fragment = ref.partition("#")
-        root_id = self.root.get("$id", self.root.get("id", "")) if isinstance(self.root, dict) else ""
-        if base and base != str(root_id).partition("#")[0]:
-            raise self.error(ptr, f"$ref {ref!r} points outside this document")
-        if fragment and not fragment.startswith("/"):
-            anchors = self.anchor_table()
-            if fragment not in anchors:
-                raise self.error(ptr, f"$ref {ref!r}: no $anchor or id named {fragment!r}")
-            fragment = anchors[fragment]
-        try:
-            return fragment, json_pointer_get(self.root, fragment)
-        except (KeyError, IndexError, ValueError) as exc:
-            raise self.error(ptr, f"$ref {ref!r} does not resolve") from exc
-
-    def anchor_table(self) -> dict[str, str]:
-        if self._anchors is None:
-            self._anchors = {}
-            stack: list[tuple[Any, str]] = [(self.root, "")]
-            while stack:
-                node, at = stack.pop()
-                if isinstance(node, dict):
-                    for key in ("$anchor", "$id", "id"):
-                        value = node.get(key)
-                        if isinstance(value, str) and value:
-                            self._anchors.setdefault(value.lstrip("#"), at)
-                    stack.extend((v, f"{at}/{k.replace('~', '~0').replace('/', '~1')}") for k, v in node.items())
-                elif isinstance(node, list):
-                    stack.extend((v, f"{at}/{i}") for i, v in enumerate(node))
-        return self._anchors
-
+    # ---- flattening: references and allOf merged, logic rewritten --------------------------------------------
     def flatten(self, schema: dict[str, Any], ptr: str) -> dict[str, Any]:
-        """`schema` with `$ref` and `allOf` merged in, normalised; `oneOf` folded into `anyOf`."""
-        own = normalize({k: v for k, v in schema.items() if k not in ("$ref", "allOf")})
+        """`schema` with its references and `allOf` merged in, normalised; `oneOf` folded into `anyOf`;
+        dependencies, `if`/`then`/`else` and `not` rewritten into `anyOf` branches where exact, else relaxed;
+        `unevaluated*` turned into `additionalProperties` / `items` where that is exact."""
+        parts: list[tuple[Schema, str]] = []
+        if self.draft < 2019 and "$ref" in schema:  # before 2019-09, the siblings of a $ref are ignored
+            own: dict[str, Any] = {}
+            parts.append(self.refs.resolve(schema["$ref"], ptr)[::-1])
+        else:
+            own = normalize({k: v for k, v in schema.items() if k not in (*_REFERENCE_KEYS, "allOf")}, self.draft)
+            if "$ref" in schema:
+                parts.append(self.refs.resolve(schema["$ref"], ptr)[::-1])
+            for keyword, draft in (("$dynamicRef", 2020), ("$recursiveRef", 2019)):
+                if keyword in schema and self.draft == draft:
+                    parts.append(self.refs.resolve_dynamic(keyword, schema[keyword], ptr)[::-1])
+            for i, sub in enumerate(schema.get("allOf", [])):
+                parts.append((sub, f"{ptr}/allOf/{i}"))
+        if "dependencies" in schema and self.draft >= 2019 and constrains("dependencies", schema["dependencies"]):
+            self.narrow(ptr, "`dependencies` (a draft-07 keyword) enforced")
         if "oneOf" in own:
             branches = own.pop("oneOf")
             if self.may_overlap(branches):
                 self.relax(ptr, "oneOf enforced as anyOf (branches may overlap)")
-            own = merge(own, {"anyOf": branches}, lambda m: self.relax(ptr, m)) if "anyOf" in own else {
-                **own, "anyOf": branches}
-        parts: list[tuple[Schema, str]] = []
-        if "$ref" in schema:
-            target_ptr, target = self.resolve(schema["$ref"], ptr)
-            parts.append((target, target_ptr))
-        for i, sub in enumerate(schema.get("allOf", [])):
-            parts.append((sub, f"{ptr}/allOf/{i}"))
+            own = self.merge(own, {"anyOf": branches}, ptr) if "anyOf" in own else {**own, "anyOf": branches}
         for sub, sub_ptr in parts:
             if sub is False:
                 raise Unsatisfiable(f"allOf contains false at {sub_ptr}")
             if sub is True:
                 continue
+            if not isinstance(sub, dict):
+                raise self.error(sub_ptr, "a schema must be an object or a boolean")
             key = f"{sub_ptr}@{id(sub)}"
             if key in self._flattening:
                 raise self.error(ptr, "allOf/$ref refers to itself without consuming input")
@@ -312,27 +313,52 @@ class Converter:
                 flat_sub = self.flatten(sub, sub_ptr)
             finally:
                 self._flattening.discard(key)
-            own = merge(own, flat_sub, lambda m: self.relax(ptr, m))
-            if len(own.get("anyOf", ())) > _MAX_ANY_OF_PRODUCT:
-                raise self.error(ptr, "allOf of anyOfs expands to too many alternatives")
-        return own
+            for unsettled in ("unevaluatedProperties", "unevaluatedItems"):
+                if unsettled in flat_sub:
+                    self.relax(sub_ptr, f"{unsettled} next to anyOf inside an allOf: not enforced")
+                    flat_sub = {k: v for k, v in flat_sub.items() if k != unsettled}
+            own = self.merge(own, flat_sub, ptr)
+        logic = any(k in own for k in ("if", "not", "dependentSchemas"))
+        own = rewrite_logic(self, own, ptr)
+        return settle_unevaluated(self, own, ptr, logic)
+
+    def merge(self, a: dict[str, Any], b: dict[str, Any], ptr: str) -> dict[str, Any]:
+        out = merge(a, b, lambda m: self.relax(ptr, m))
+        if len(out.get("anyOf", ())) > MAX_ANY_OF_PRODUCT:
+            raise self.error(ptr, "allOf of anyOfs expands to too many alternatives")
+        return out
+
+    def negation(self, schema: Schema, ptr: str) -> Schema | None:
+        """The complement of `schema` (json_schema_negate.py), or None when it has no exact one here."""
+        if self._negation_depth >= _MAX_NEGATION_DEPTH:
+            return None
+        self._negation_depth += 1
+        try:
+            try:
+                flat = self.exact_flatten(schema, ptr)
+            except Unsatisfiable:
+                return True
+            return None if flat is None else negate(flat, self.draft)
+        finally:
+            self._negation_depth -= 1
 
     def may_overlap(self, branches: list[Schema]) -> bool:
-        """Conservative: False only when the branches provably accept pairwise disjoint sets (by type, by
-        enum values, or by a required discriminator property with disjoint enum/const values)."""
-        resolved = []
-        for br in branches:
+        """Conservative: False only when no instance the grammar generates for one branch satisfies another
+        (by type, by enum values, or by a required discriminator property)."""
+        flats = []
+        for i, br in enumerate(branches):
             if br is False:
                 continue
-            if isinstance(br, dict) and "$ref" in br:
-                try:
-                    br = self.resolve(br["$ref"], "")[1]
-                except SchemaError:
-                    return True
-            if not isinstance(br, dict):
+            try:
+                flat = self.exact_flatten(br, f"/oneOf/{i}")
+            except Unsatisfiable:
+                continue
+            if flat is None:
                 return True
-            resolved.append(normalize(br))
-        return any(not disjoint(a, b) for i, a in enumerate(resolved) for b in resolved[i + 1:])
+            flats.append(flat)
+        return any(not (disjoint(a, b, self.infer_types, self.satisfies)
+                        and disjoint(b, a, self.infer_types, self.satisfies))
+                   for i, a in enumerate(flats) for b in flats[i + 1:])
 
     def flat_expr(self, s: dict[str, Any], ptr: str) -> str:
         if "anyOf" in s:
@@ -345,8 +371,7 @@ class Converter:
                         if branch is False:
                             continue
                         merged_branch = self.flatten(branch, sub_ptr) if isinstance(branch, dict) else {}
-                        alts.append(self.flat_expr(merge(base, merged_branch, lambda m: self.relax(ptr, m)),
-                                                   sub_ptr))
+                        alts.append(self.flat_expr(self.merge(base, merged_branch, ptr), sub_ptr))
                     else:
                         alts.append(self.expr(branch, sub_ptr))
                 except Unsatisfiable as exc:
@@ -358,25 +383,25 @@ class Converter:
 
     # ---- one schema without applicators -----------------------------------------------------------------
     def typed(self, s: dict[str, Any], ptr: str) -> str:
-        excluded_types = negated_types(s.get("not"))
-        for key, message in _RELAXED_KEYWORDS.items():
-            if key in s and not is_trivial_keyword(key, s[key]) and not (key == "not" and excluded_types):
-                self.relax(ptr, message)
-        if "if" in s and ("then" in s or "else" in s):
-            self.relax(ptr, "`if`/`then`/`else` is not enforced")
         if "enum" in s:
-            if excluded_types:
-                s = {**s, "enum": [v for v in s["enum"] if not type_matches(v, excluded_types)]}
-            return self.enum(s, ptr)
-        types = (declared_types(s) if "type" in s else inferred_types(s)) or set()  # `type: null` declares none
-        if excluded_types:  # `not: {type: ...}` is enforced exactly by dropping those types
-            types -= excluded_types
-            if "integer" in excluded_types and "number" in types:
-                self.relax(ptr, "`not: {type: integer}` under type number is not enforced")
+            return enum_expr(self, s, ptr)
+        declared = declared_types(s)
+        if declared is None and self.infer_types and inferred_types(s) != set(JSON_TYPES):
+            types = inferred_types(s)
+            try:
+                out = self.of_types(types, s, ptr)
+            except Unsatisfiable:  # the keywords' own types have no instance: the others still do
+                return self.of_types(set(JSON_TYPES), s, ptr)
+            names = ", ".join(t for t in JSON_TYPES if t in types and not (t == "integer" and "number" in types))
+            self.narrow(ptr, f"type inferred as {names} from its keywords (infer_types=False keeps every type)")
+            return out
+        return self.of_types(set(JSON_TYPES) if declared is None else declared, s, ptr)
+
+    def of_types(self, types: set[str], s: dict[str, Any], ptr: str) -> str:
         if not types:
             raise Unsatisfiable(f"empty type list at {ptr or '/'}")
         if "number" in types:
-            types.discard("integer")
+            types = types - {"integer"}
         alts = []
         for t in JSON_TYPES:
             if t not in types:
@@ -392,86 +417,18 @@ class Converter:
 
     def of_type(self, t: str, s: dict[str, Any], ptr: str) -> str:
         if t == "object":
-            return self.object(s, ptr)
+            return self.new_rule(rule_hint(ptr, "object"), ObjectBuilder(self, s, ptr).body())
         if t == "array":
-            return self.array(s, ptr)
+            return array_rule(self, s, ptr)
         if t == "string":
-            return self.string(s, ptr)
+            return string_expr(self, s, ptr)
         if t in ("number", "integer"):
-            return self.number(s, ptr, integer=(t == "integer"))
+            if t == "integer" and s.get(NOT_INTEGER):
+                raise Unsatisfiable(f"an integer that is not an integer at {ptr or '/'}")
+            return number_expr(self, s, ptr, integer=(t == "integer"))
         if t == "boolean":
             return '( "true" | "false" )'
         return '"null"'
-
-    def enum(self, s: dict[str, Any], ptr: str) -> str:
-        values = [v for v in s["enum"] if value_allowed(v, s)]
-        if not values:
-            raise Unsatisfiable(f"no enum value satisfies the schema at {ptr or '/'}")
-        if set(s) & (OBJECT_KEYWORDS | ARRAY_KEYWORDS | {"pattern", "format", "multipleOf"}):
-            self.relax(ptr, "enum values are not checked against object/array/pattern/format keywords")
-        return alternation([literal(json.dumps(v, ensure_ascii=False)) for v in values])
-
-    # ---- scalars ----------------------------------------------------------------------------------------
-    def string(self, s: dict[str, Any], ptr: str) -> str:
-        min_len, max_len = self.counts(s.get("minLength"), s.get("maxLength"), ptr, "minLength/maxLength")
-        if max_len is not None and max_len < min_len:
-            raise Unsatisfiable(f"minLength > maxLength at {ptr or '/'}")
-        body = None
-        if "pattern" in s:
-            try:
-                body = pattern_to_regex(s["pattern"])
-            except UnsupportedPattern as exc:
-                self.relax(ptr, f"pattern {s['pattern']!r} ({exc}) relaxed to any string")
-            if body is not None and "format" in s:
-                self.relax(ptr, f"format {s['format']!r} not enforced alongside a pattern")
-        elif "format" in s:
-            body = FORMATS.get(s["format"])
-            if body is None:
-                self.relax(ptr, f"format {s['format']!r} not enforced")
-        if body is None:
-            quant = quantifier(min_len, max_len)
-            if quant == "*":
-                return self.shared("string", terminal(f'"{ANY_JSON_CHAR}*"'))
-            if max_len is None or max_len <= _MAX_REGEX_REPEAT:
-                return terminal(f'"{ANY_JSON_CHAR}{quant}"')
-            # long bounded strings: a counted repetition of a one-character rule; as one regex terminal the
-            # DFA construction grows quadratically (seconds for maxLength 256)
-            char = self.shared("char", terminal(ANY_JSON_CHAR))
-            return f'"\\"" {char}{quant} "\\""'
-        if min_len > 0 or max_len is not None:
-            # formats are ASCII without escapes, so their regex width is the decoded length
-            width = pattern_full_width(s["pattern"]) if "pattern" in s else regex_width(body)
-            if width is None or width[0] < min_len or (max_len is not None and width[1] > max_len):
-                self.relax(ptr, "minLength/maxLength not enforced alongside a pattern or format")
-        return terminal(f'"{body}"')
-
-    def number(self, s: dict[str, Any], ptr: str, *, integer: bool) -> str:
-        lo, lo_excl = bound(s, "minimum", "exclusiveMinimum", max)
-        hi, hi_excl = bound(s, "maximum", "exclusiveMaximum", min)
-        multiple = s.get("multipleOf")
-        if multiple is not None and not (integer and float(multiple).is_integer() and int(multiple) == 1):
-            if not integer and multiple == 1:
-                integer = True
-            else:
-                self.relax(ptr, f"multipleOf {multiple} not enforced")
-        if integer:
-            ilo = None if lo is None else (int(lo) + 1 if lo_excl and float(lo).is_integer() else ceil_int(lo))
-            ihi = None if hi is None else (int(hi) - 1 if hi_excl and float(hi).is_integer() else floor_int(hi))
-            if ilo is None and ihi is None:
-                return terminal(INTEGER)
-            try:
-                return terminal(integer_range(ilo, ihi))
-            except ValueError as exc:
-                raise Unsatisfiable(f"{exc} at {ptr or '/'}") from exc
-        if lo is None and hi is None:
-            return terminal(NUMBER)
-        try:
-            regex, exact = number_range(lo, lo_excl, hi, hi_excl)
-        except ValueError as exc:
-            raise Unsatisfiable(f"{exc} at {ptr or '/'}") from exc
-        if not exact:
-            self.relax(ptr, "non-integer number bounds widened to the enclosing integers")
-        return terminal(regex)
 
     def excluded_key(self, names: list[str]) -> str:
         """A quoted JSON key that does not decode to any of `names`, as rules over their trie.
@@ -509,20 +466,15 @@ class Converter:
 
     def any_value(self) -> str:
         """The grammar of every JSON value (shared rules `value`, `object`, `array`, ...)."""
-        if "value" in self.rules:
-            return "value"
+        key = ("shared", "value")
+        if key in self.memo:
+            return self.memo[key]
         string = self.shared("string", terminal(f'"{ANY_JSON_CHAR}*"'))
-        self.rules["value"] = (f'( object | array | {string} | {terminal(NUMBER)} | "true" | "false" '
-                               f'| "null" )')
+        value, obj, arr = self.new_rule("value"), self.new_rule("object"), self.new_rule("array")
+        self.memo[key] = value
+        self.rules[value] = f'( {obj} | {arr} | {string} | {terminal(NUMBER)} | "true" | "false" | "null" )'
         ws = self.ws + " " if self.ws else ""
-        member = f"{string} {self.colon} value"
-        self.rules["object"] = f'"{{" {ws}( {member} ( {self.comma} {member} )* {ws})? "}}"'
-        self.rules["array"] = f'"[" {ws}( value ( {self.comma} value )* {ws})? "]"'
-        return "value"
-
-    # ---- containers (json_schema_containers.py) ---------------------------------------------------------
-    def object(self, s: dict[str, Any], ptr: str) -> str:
-        return self.new_rule(rule_hint(ptr, "object"), ObjectBuilder(self, s, ptr).body())
-
-    def array(self, s: dict[str, Any], ptr: str) -> str:
-        return array_rule(self, s, ptr)
+        member = f"{string} {self.colon} {value}"
+        self.rules[obj] = f'"{{" {ws}( {member} ( {self.comma} {member} )* {ws})? "}}"'
+        self.rules[arr] = f'"[" {ws}( {value} ( {self.comma} {value} )* {ws})? "]"'
+        return value

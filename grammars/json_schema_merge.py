@@ -2,15 +2,25 @@
 
 Pure functions over plain dicts; the converter (`json_schema.py`) decides what becomes grammar. A merge
 returns a schema accepting exactly the instances both inputs accept wherever it can (types intersect, bounds
-tighten, properties combine with each side's `additionalProperties`); where it cannot (two different
-`pattern`s), it keeps one side and says so through `relax`.
+tighten, patterns accumulate, properties combine with each side's `additionalProperties` and
+`patternProperties`); where it cannot (two different `format`s, two `contains`), it keeps one side and says so
+through `relax`.
+
+Normal form (what `normalize` returns, and what the converter's internal keywords extend): `type` a list,
+`const` folded into `enum`, `pattern` a tuple of patterns (all must match), tuple `items` as `prefixItems`,
+draft-07 `dependencies` split into `dependentRequired` / `dependentSchemas`, keywords the document's draft does
+not define dropped. The internal keywords `NOT_ENUM`, `NOT_PATTERNS` and `NOT_INTEGER` carry what a negation
+excludes (json_schema_negate.py).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable
+from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 from urllib.parse import unquote
 
@@ -34,14 +44,38 @@ NUMBER_KEYWORDS = frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiv
 APPLICATORS = frozenset({"$ref", "allOf", "anyOf", "oneOf"})
 JSON_TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
 
+# Internal keywords (never in a user's schema): values a negation excludes, patterns a string must not match,
+# numbers that must not be integers.
+NOT_ENUM = "$$notEnum"
+NOT_PATTERNS = "$$notPatterns"
+NOT_INTEGER = "$$notInteger"
+INTERNAL = frozenset({NOT_ENUM, NOT_PATTERNS, NOT_INTEGER})
+
+# Keywords a draft does not define (so its validators ignore them), by the last draft without them.
+_NOT_IN_DRAFT: dict[str, int] = {
+    "const": 4, "contains": 4, "propertyNames": 4, "examples": 4, "if": 6, "then": 6, "else": 6,
+    "dependentRequired": 7, "dependentSchemas": 7, "unevaluatedProperties": 7, "unevaluatedItems": 7,
+    "minContains": 7, "maxContains": 7, "$recursiveRef": 7, "prefixItems": 2019, "$dynamicRef": 2019,
+}
+
 
 class Unsatisfiable(ValueError):
     """No instance can satisfy the (sub)schema; anyOf branches raising it are dropped."""
 
 
 def canonical(value: Any) -> str:
-    """A key that identifies a JSON value (object key order ignored)."""
-    return json.dumps(value, sort_keys=True, ensure_ascii=False)
+    """A key that identifies a JSON value as JSON Schema compares them (object key order ignored, 1.0 == 1)."""
+    return json.dumps(_integral(value), sort_keys=True, ensure_ascii=False, default=str)
+
+
+def _integral(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _integral(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_integral(v) for v in value]
+    return value
 
 
 def is_trivial(schema: Schema) -> bool:
@@ -70,14 +104,23 @@ _SCHEMA_VALUED = frozenset({"additionalProperties", "items", "additionalItems", 
                             "unevaluatedItems", "propertyNames"})
 
 
-_KNOWN = (OBJECT_KEYWORDS | ARRAY_KEYWORDS | STRING_KEYWORDS | NUMBER_KEYWORDS | APPLICATORS
+_KNOWN = (OBJECT_KEYWORDS | ARRAY_KEYWORDS | STRING_KEYWORDS | NUMBER_KEYWORDS | APPLICATORS | INTERNAL
           | {"type", "enum", "const", "nullable", "not", "if", "then", "else", "$dynamicRef", "$recursiveRef"})
 
 
-def normalize(schema: dict[str, Any]) -> dict[str, Any]:
-    """Draft-4..2020-12 and OpenAPI spellings -> one form: `const` -> `enum`, boolean exclusive bounds ->
-    numbers, tuple `items` -> `prefixItems`, `type` -> list, `nullable` -> "null" type."""
-    s = dict(schema)
+def normalize(schema: dict[str, Any], draft: int = 2020) -> dict[str, Any]:
+    """Draft-4..2020-12 and OpenAPI spellings -> the normal form (module docstring): `const` -> `enum`, boolean
+    exclusive bounds -> numbers, tuple `items` -> `prefixItems`, `type` -> list, `nullable` -> "null" type,
+    `dependencies` -> `dependentRequired` / `dependentSchemas`, keywords `draft` does not define dropped."""
+    s = {k: v for k, v in schema.items() if _NOT_IN_DRAFT.get(k, 0) < draft}
+    if isinstance(s.get("pattern"), str):
+        s["pattern"] = (s["pattern"],)
+    if "dependencies" in s:
+        deps = s.pop("dependencies")
+        if isinstance(deps, dict):
+            for name, dep in deps.items():
+                key = "dependentRequired" if isinstance(dep, list) else "dependentSchemas"
+                s[key] = {**s.get(key, {}), name: dep}
     if "const" in s:
         const = s.pop("const")
         if "enum" in s:
@@ -133,18 +176,26 @@ def merge(a: dict[str, Any], b: dict[str, Any], relax: Callable[[str], None]) ->
         values = [x[key] for x in (a, b) if key in x]
         if values:
             out[key] = pick(values)
-    for key in ("pattern", "format", "multipleOf"):
+    for key in ("format", "multipleOf"):
         values = [x[key] for x in (a, b) if key in x]
         if values:
             out[key] = values[0]
             if len(values) == 2 and values[0] != values[1]:
-                if key == "multipleOf" and all(isinstance(v, int) for v in values):
-                    out[key] = math.lcm(*values)
+                if key == "multipleOf":
+                    out[key] = _lcm(values[0], values[1])
                 else:
                     relax(f"allOf with two different `{key}`s: only {values[0]!r} is enforced")
+    for key in ("pattern", NOT_PATTERNS, NOT_ENUM):
+        if key in a or key in b:
+            out[key] = list({canonical(v): v for x in (a, b) for v in x.get(key, ())}.values())
+            if key == "pattern":
+                out[key] = tuple(out[key])
+    for key in set(a) & set(b) - _MERGED:
+        if canonical(a[key]) != canonical(b[key]):
+            out[key] = _merge_other(key, a[key], b[key], relax)
     if "required" in a or "required" in b:
         out["required"] = list(dict.fromkeys([*a.get("required", []), *b.get("required", [])]))
-    _merge_properties(a, b, out)
+    _merge_properties(a, b, out, relax)
     _merge_arrays(a, b, out)
     for key in ("anyOf", "oneOf"):
         if key in a and key in b:
@@ -158,7 +209,35 @@ _MERGED = frozenset({
     "type", "enum", "minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum", "minLength", "maxLength",
     "minItems", "maxItems", "minProperties", "maxProperties", "pattern", "format", "multipleOf", "required",
     "properties", "additionalProperties", "patternProperties", "prefixItems", "items", "anyOf", "oneOf",
+    NOT_PATTERNS, NOT_ENUM,
 })
+
+
+def _merge_other(key: str, x: Any, y: Any, relax: Callable[[str], None]) -> Any:
+    """Two different values of a keyword `merge` has no rule above for."""
+    if key == "propertyNames":
+        return _all_of([x, y])
+    if key == "uniqueItems":
+        return bool(x) or bool(y)
+    if key == "not":
+        return {"anyOf": [x, y]}
+    if key == "dependentRequired":
+        return {n: list(dict.fromkeys([*x.get(n, []), *y.get(n, [])])) for n in dict.fromkeys([*x, *y])}
+    if key == "dependentSchemas":
+        return {n: _all_of([s for s in (x.get(n), y.get(n)) if s is not None]) for n in dict.fromkeys([*x, *y])}
+    if key == NOT_INTEGER:
+        return True
+    relax(f"allOf with two different `{key}`s: only the first is enforced")
+    return x
+
+
+def _lcm(x: Any, y: Any) -> Any:
+    """The least common multiple of two positive decimals (an int when both are ints)."""
+    if isinstance(x, int) and isinstance(y, int):
+        return math.lcm(x, y)
+    fx, fy = Fraction(str(x)), Fraction(str(y))
+    value = Fraction(math.lcm(fx.numerator, fy.numerator), math.gcd(fx.denominator, fy.denominator))
+    return int(value) if value.denominator == 1 else Decimal(value.numerator) / Decimal(value.denominator)
 
 
 def _merge_types(a: dict[str, Any], b: dict[str, Any], out: dict[str, Any]) -> None:
@@ -185,12 +264,23 @@ def _merge_enums(a: dict[str, Any], b: dict[str, Any], out: dict[str, Any]) -> N
 
 
 def _schema_for_key(s: dict[str, Any], name: str) -> Schema | None:
-    """What `s` demands of the value under `name` (None: nothing), by properties / additionalProperties."""
+    """What `s` demands of the value under `name` (None: nothing) by `properties`, else by
+    `additionalProperties` when none of its `patternProperties` matches (patterns are combined by the
+    converter)."""
     props: dict[str, Schema] = s.get("properties", {})
     if name in props:
         return props[name]
-    additional: Schema | None = s.get("additionalProperties")  # patternProperties are combined by the converter
+    if any(_searches(pat, name) for pat in s.get("patternProperties", {})):
+        return None
+    additional: Schema | None = s.get("additionalProperties")
     return additional
+
+
+def _searches(pattern: str, name: str) -> bool:
+    try:
+        return re.search(pattern, name) is not None
+    except re.error:
+        return False
 
 
 def _all_of(parts: list[Schema]) -> Schema:
@@ -202,7 +292,7 @@ def _all_of(parts: list[Schema]) -> Schema:
     return parts[0] if len(parts) == 1 else {"allOf": parts}
 
 
-def _merge_properties(a: dict[str, Any], b: dict[str, Any], out: dict[str, Any]) -> None:
+def _merge_properties(a: dict[str, Any], b: dict[str, Any], out: dict[str, Any], relax: Callable[[str], None]) -> None:
     names = list(dict.fromkeys([*a.get("properties", {}), *b.get("properties", {})]))
     if names:
         props = {}
@@ -214,8 +304,18 @@ def _merge_properties(a: dict[str, Any], b: dict[str, Any], out: dict[str, Any])
     if extras:
         out["additionalProperties"] = _all_of(extras)
     pattern_props: dict[str, Any] = {}
-    for x in (a, b):
+    for x, other in ((a, b), (b, a)):
+        other_patterns = other.get("patternProperties", {})
+        other_extra = other.get("additionalProperties")
         for pat, sub in x.get("patternProperties", {}).items():
+            if pat not in other_patterns and other_extra is not None and not is_trivial(other_extra):
+                # a key matching only this side's pattern gets the other side's additionalProperties too, unless
+                # it matches one of the other side's patterns
+                if other_patterns:
+                    relax(f"allOf of patternProperties {pat!r} and another part's additionalProperties and "
+                          f"patterns: keys matching {pat!r} are not checked against that additionalProperties")
+                else:
+                    sub = _all_of([sub, other_extra])
             pattern_props[pat] = _all_of([pattern_props[pat], sub]) if pat in pattern_props else sub
     if pattern_props:
         out["patternProperties"] = pattern_props

@@ -68,8 +68,12 @@ def other_char(children: list[str]) -> str:
     short = "".join(c for c in 'bfnrt"\\/' if _SHORT_DECODED[c] not in children)
     if short:
         alts.append(f"\\\\[{regex_class_body(short)}]")
-    if not any(ord(c) < 0x20 for c in children):
+    controls = [cp for cp in range(0x20) if chr(cp) not in children]
+    if len(controls) == 0x20:
         alts.append("\\\\u00[01][0-9a-fA-F]")
+    elif controls:
+        alts.append("\\\\u00(?:" + "|".join(f"{cp:02x}" if cp < 10 or cp in range(16, 26) else
+                                              f"{cp >> 4}[{cp & 15:x}{cp & 15:X}]" for cp in controls) + ")")
     return "(?:" + "|".join(alts) + ")"
 
 

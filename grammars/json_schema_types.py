@@ -1,5 +1,5 @@
-"""Type-level facts about (normalised) schemas: declared and inferred types, enum checks, bounds, and a cheap
-disjointness test for `oneOf`. Pure functions over dicts."""
+"""Type-level facts about (normalised) schemas: declared and inferred types, bounds, and a cheap disjointness
+test for `oneOf`. Pure functions over dicts."""
 
 from __future__ import annotations
 
@@ -13,23 +13,17 @@ from .json_schema_merge import (
     NUMBER_KEYWORDS,
     OBJECT_KEYWORDS,
     STRING_KEYWORDS,
-    canonical,
+    Schema,
     constrains,
-    normalize,
 )
+from .json_schema_values import type_of
+
+# (value, schema) -> whether the value satisfies the schema (None: cannot tell); see json_schema_values.
+Check = Callable[[Any, Schema], "bool | None"]
 
 
 class UnknownType(ValueError):
     """A `type` value that is not one of the seven JSON types."""
-
-
-def is_trivial_keyword(key: str, value: Any) -> bool:
-    """Keywords whose value constrains nothing (`not: false`, empty dependencies, ...)."""
-    if key == "not":
-        return value is False
-    if key in ("dependencies", "dependentRequired", "dependentSchemas"):
-        return not value
-    return False
 
 
 def ref_set(schema: Any) -> frozenset[str] | None:
@@ -50,57 +44,29 @@ def ref_set(schema: Any) -> frozenset[str] | None:
     return None
 
 
-def negated_types(negated: Any) -> set[str] | None:
-    """The types a `not` excludes when it is exactly `{"type": ...}` (annotations aside), else None."""
-    if not isinstance(negated, dict) or {k for k in negated if constrains(k, negated[k])} != {"type"}:
-        return None
-    types = declared_types(normalize(negated)) or set()
-    return types | {"integer"} if "number" in types else types
-
-
-def type_matches(value: Any, types: set[str]) -> bool:
-    t = type_of(value)
-    return t in types or (t == "integer" and "number" in types)
-
-
-def disjoint(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    """Whether two normalised schemas provably share no instance (a cheap, incomplete test)."""
-    ta, tb = _generated_types(a), _generated_types(b)
-    if not ta & tb:
-        return True
-    if not ta & tb <= {"object"}:
-        return False
-    if "enum" in a and "enum" in b and not {canonical(v) for v in a["enum"]} & {canonical(v) for v in b["enum"]}:
-        return True
-    props_a, props_b = a.get("properties", {}), b.get("properties", {})
-    for name in set(a.get("required", [])) & set(b.get("required", [])):
-        pa, pb = props_a.get(name), props_b.get(name)
-        if isinstance(pa, dict) and isinstance(pb, dict) and disjoint(normalize(pa), normalize(pb)):
-            return True
-    return False
-
-
-def _generated_types(s: dict[str, Any]) -> set[str]:
-    """The types the grammar generates for `s`: declared, else inferred from its keywords; "number" adds "integer"."""
-    declared = declared_types(s)
-    types = inferred_types(s) if declared is None else declared
-    return types | {"integer"} if "number" in types else types
-
-
 def declared_types(s: dict[str, Any]) -> set[str] | None:
+    """The types `type` names (None without `type`); "number" includes "integer"."""
     t = s.get("type")
     if t is None:
-        if "enum" in s:
-            return {type_of(v) for v in s["enum"]}
         return None
     types = {t} if isinstance(t, str) else set(t)
     unknown = types - set(JSON_TYPES)
     if unknown:
         raise UnknownType(f"unknown type(s) {sorted(unknown)}")
-    return types
+    return types | {"integer"} if "number" in types else types
+
+
+def exact_types(s: dict[str, Any]) -> set[str]:
+    """The types instances of `s` may have, by `type` and `enum` alone (every type when neither is given)."""
+    declared = declared_types(s)
+    types = set(JSON_TYPES) if declared is None else declared
+    if "enum" in s:
+        types &= {type_of(v) for v in s["enum"]} | ({"number"} if "integer" in types else set())
+    return types | {"integer"} if "number" in types else types
 
 
 def inferred_types(s: dict[str, Any]) -> set[str]:
+    """The types whose keywords `s` uses (every type when it uses none): what `infer_types` narrows to."""
     keys = {k for k, v in s.items() if constrains(k, v)}
     types = set()
     if keys & OBJECT_KEYWORDS:
@@ -110,41 +76,45 @@ def inferred_types(s: dict[str, Any]) -> set[str]:
     if keys & STRING_KEYWORDS:
         types.add("string")
     if keys & NUMBER_KEYWORDS:
-        types.add("number")
+        types |= {"number", "integer"}
     return types or set(JSON_TYPES)
 
 
-def type_of(v: Any) -> str:
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "boolean"
-    if isinstance(v, int):
-        return "integer"
-    if isinstance(v, float):
-        return "integer" if v.is_integer() else "number"
-    if isinstance(v, str):
-        return "string"
-    return "array" if isinstance(v, list) else "object"
+def generated_types(s: dict[str, Any], infer: bool) -> set[str]:
+    """The types the grammar generates for `s`: declared, else inferred (with `infer`) or all."""
+    if "type" in s or "enum" in s or not infer:
+        return exact_types(s)
+    return inferred_types(s)
 
 
-def value_allowed(v: Any, s: dict[str, Any]) -> bool:
-    """Whether an enum value meets the scalar keywords beside it (type, bounds, lengths)."""
-    if "type" in s:
-        t = type_of(v)
-        allowed = set(s["type"])
-        if not (t in allowed or (t == "integer" and "number" in allowed)):
-            return False
-    if isinstance(v, str) and (len(v) < s.get("minLength", 0) or len(v) > s.get("maxLength", len(v))):
+def disjoint(generated: dict[str, Any], other: dict[str, Any], infer: bool, check: Check) -> bool:
+    """Whether no instance the grammar generates for `generated` satisfies `other` (both flattened), by
+    types, by enum values the other side rejects, or by a required property whose schemas are disjoint.
+    Incomplete: False means "maybe not"."""
+    common = generated_types(generated, infer) & exact_types(other)
+    if not common:
+        return True
+    for values, against in ((generated.get("enum"), other), (other.get("enum"), generated)):
+        if values is not None and all(check(v, against) is False for v in values):
+            return True
+    if common != {"object"}:
         return False
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
-        lo, lo_excl = bound(s, "minimum", "exclusiveMinimum", max)
-        hi, hi_excl = bound(s, "maximum", "exclusiveMaximum", min)
-        if lo is not None and (v < lo or (lo_excl and v == lo)):
-            return False
-        if hi is not None and (v > hi or (hi_excl and v == hi)):
-            return False
-    return not (isinstance(v, list) and (len(v) < s.get("minItems", 0) or len(v) > s.get("maxItems", len(v))))
+    props_g, props_o = generated.get("properties", {}), other.get("properties", {})
+    for name in set(generated.get("required", [])) & set(other.get("required", [])):
+        pg, po = props_g.get(name, True), props_o.get(name, True)
+        for values, against in ((_enum_values(pg), po), (_enum_values(po), pg)):
+            if values is not None and all(check(v, against) is False for v in values):
+                return True
+    return False
+
+
+def _enum_values(schema: Schema) -> list[Any] | None:
+    if not isinstance(schema, dict):
+        return None
+    if "const" in schema:
+        return [schema["const"]]
+    values = schema.get("enum")
+    return values if isinstance(values, list) else None
 
 
 def bound(

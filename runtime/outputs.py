@@ -61,6 +61,7 @@ class MetaInfo:
     decode_steps_saved: int
     ttft: float | None = None
     constraint_relaxations: tuple[str, ...] = ()  # what a JSON Schema asked that its grammar could not enforce
+    constraint_narrowings: tuple[str, ...] = ()  # what its grammar enforces more strictly (key order, inferred types)
     input_token_logprobs: list[TokenLogprob] | None = None
     output_token_logprobs: list[TokenLogprob] | None = None
     input_top_logprobs: list[TopLogprobs] | None = None
@@ -80,6 +81,8 @@ class MetaInfo:
             info["ttft"] = self.ttft
         if self.constraint_relaxations:
             info["constraint_relaxations"] = list(self.constraint_relaxations)
+        if self.constraint_narrowings:
+            info["constraint_narrowings"] = list(self.constraint_narrowings)
         for key in ("input_token_logprobs", "output_token_logprobs", "input_top_logprobs", "output_top_logprobs"):
             value = getattr(self, key)
             if value is not None:

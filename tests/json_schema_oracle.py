@@ -87,7 +87,9 @@ def _translate(body: str, names: dict[str, str]) -> str:
                 out[-1] = f"[{atom} ~ {max(int(lo), 1)}..{hi}]" if int(lo) == 0 else f"{atom} ~ {lo}..{hi}"
         elif tok.startswith('"'):
             text = _unescape_literal(tok[1:-1])
-            out.append(_lark_regex(re.escape(text).replace("/", "\\/")))
+            # a backslash as a class: Lark's loader mangles an escaped backslash followed by a quote
+            out.append(_lark_regex("".join("[\\\\]" if c == "\\" else re.escape(c).replace("/", "\\/")
+                                           for c in text)))
         elif tok.startswith("/"):
             pattern = tok[1:-1]
             if re.fullmatch(pattern, ""):  # the flexible-whitespace rule: make it optional instead
