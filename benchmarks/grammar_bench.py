@@ -9,8 +9,14 @@ instances are walked the same way and count as rejected when some token or the f
 Each engine runs in a child process that is killed and restarted when one schema takes longer than
 `--timeout` seconds (counted as a timeout, not compiled). Peers that fail to import are listed and skipped.
 
+A second table counts, per engine, the valid values accepted and the invalid ones rejected on the conformance
+cases of tests/test_json_schema_conformance.py (each schema with values of every JSON type and its boundary
+values, labelled by `jsonschema`), walked the same way; without that file, on the sample's instances.
+`radixgen-disk` compiles each schema once into an on-disk grammar cache (untimed), then times a compile in
+a fresh in-process cache: what a restarted server pays.
+
     python benchmarks/grammar_bench.py ../shared/grammar-bench/jsonschemabench-sample.jsonl.gz \\
-        --vocab gpt2 qwen3 --engines radixgen xgrammar llguidance outlines
+        --vocab gpt2 qwen3 --engines radixgen xgrammar llguidance outlines radixgen-disk
 """
 
 from __future__ import annotations
@@ -22,10 +28,14 @@ for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "RAYON_NUM_THREADS", "TVM_NUM
 
 import argparse
 import base64
+import contextlib
 import gzip
+import importlib
 import json
 import multiprocessing as mp
 import platform
+import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -108,12 +118,20 @@ def timed_walk(fill: Callable[[], Any], row: Any, accept: Callable[[int], bool],
 
 
 class Radixgen:
-    def __init__(self, vocab: Vocab, **opts: Any) -> None:
+    def __init__(self, vocab: Vocab, disk_cache: bool = False, **opts: Any) -> None:
         from radixgen.grammars import Vocabulary
+        from radixgen.grammars.disk_cache import GrammarDiskCache
 
-        self.vocab = Vocabulary(vocab.token_bytes, [vocab.eos_id], vocab.special_ids)
+        cache = GrammarDiskCache(tempfile.mkdtemp(prefix="grammar-bench-")) if disk_cache else None
+        self.vocab = Vocabulary(vocab.token_bytes, [vocab.eos_id], vocab.special_ids, grammar_cache=cache)
         self.eos = vocab.eos_id
         self.opts = opts
+
+    def prepare(self, schema: Any) -> None:
+        """Untimed, before `compile`: with a disk cache, compile once so that the timed compile loads."""
+        if self.vocab.grammar_cache is not None:
+            with contextlib.suppress(Exception):
+                self.compile(schema)
 
     def compile(self, schema: Any) -> Any:
         from radixgen.grammars import clear_cache
@@ -124,6 +142,9 @@ class Radixgen:
 
     def relaxed(self, handle: Any) -> bool:
         return bool(handle.relaxations)
+
+    def narrowings(self, handle: Any) -> list[str]:
+        return list(getattr(handle, "narrowings", ()))
 
     def walk(self, handle: Any, tokens: list[int]) -> tuple[bool, list[float]]:
         m = handle.matcher()
@@ -215,6 +236,8 @@ class OutlinesCore:
 ENGINES: dict[str, Callable[[Vocab], Any]] = {
     "radixgen": lambda v: Radixgen(v),
     "radixgen-flexible": lambda v: Radixgen(v, whitespace="flexible"),
+    "radixgen-disk": lambda v: Radixgen(v, disk_cache=True),
+    "radixgen-exact": lambda v: Radixgen(v, infer_types=False),  # no inferred types: the exact language
     "xgrammar": lambda v: XGrammar(v),
     "xgrammar-flexible": lambda v: XGrammar(v, any_whitespace=True),
     "llguidance": lambda v: LLGuidance(v),
@@ -226,6 +249,7 @@ ENGINES: dict[str, Callable[[Vocab], Any]] = {
 # ---- one engine in a child process --------------------------------------------------------------------------
 def run_schema(engine: Any, vocab: Vocab, row: dict) -> dict:
     out: dict[str, Any] = {"compiled": False, "valid": [], "invalid": [], "mask_s": [], "relaxed": False}
+    getattr(engine, "prepare", lambda schema: None)(row["schema"])
     t0 = time.perf_counter()
     try:
         handle = engine.compile(row["schema"])
@@ -235,6 +259,7 @@ def run_schema(engine: Any, vocab: Vocab, row: dict) -> dict:
     out["compile_s"] = time.perf_counter() - t0
     out["compiled"] = True
     out["relaxed"] = bool(getattr(engine, "relaxed", lambda h: False)(handle))
+    out["narrowings"] = getattr(engine, "narrowings", lambda h: [])(handle)
     for test in row["tests"]:
         tokens = vocab.encode(json.dumps(test["data"], ensure_ascii=False))
         try:
@@ -299,6 +324,33 @@ def run_engine(engine_name: str, vocab: Vocab, rows: list[dict], timeout: float,
     return results, None
 
 
+# ---- the conformance cases -----------------------------------------------------------------------------------
+TESTS = Path(__file__).resolve().parents[1] / "tests"
+
+
+def conformance_rows() -> tuple[list[dict], tuple[str, ...]] | None:
+    """The cases of tests/test_json_schema_conformance.py as sample rows (each schema with the probes of every
+    JSON type and its boundary values, each labelled valid or invalid by `jsonschema`) and the prefixes of the
+    narrowings that change only a value's spelling; None without that file or its test dependencies."""
+    if not (TESTS / "test_json_schema_conformance.py").exists():
+        return None
+    sys.path.insert(0, str(TESTS))
+    try:
+        import jsonschema
+
+        cases = importlib.import_module("test_json_schema_conformance")
+    except ImportError:
+        return None
+    finally:
+        sys.path.remove(str(TESTS))
+    rows = []
+    for name, schema, values in cases.CASES:
+        validator = jsonschema.validators.validator_for(schema)(schema)
+        rows.append({"file": name, "schema": schema,
+                     "tests": [{"valid": validator.is_valid(v), "data": v} for v in [*cases.PROBES, *values]]})
+    return rows, tuple(cases.SPELLING)
+
+
 # ---- report -------------------------------------------------------------------------------------------------
 def _ms(values: list[float], q: float) -> float:
     return float(np.quantile(values, q)) * 1e3 if values else float("nan")
@@ -324,6 +376,15 @@ def summarize(engine: str, vocab: str, rows: list[dict], results: list[dict]) ->
     }
 
 
+def value_narrowed(summary: dict, results: list[dict], spelling: tuple[str, ...]) -> dict:
+    """`summary` with the schemas whose grammar reports a narrowing of values (not only of their spelling:
+    `spelling` prefixes) and the valid values those grammars refused."""
+    narrowed = [r for r in results if r["compiled"]
+                and any(not n.startswith(spelling) for n in r.get("narrowings", []))]
+    return summary | {"narrowed": len(narrowed),
+                      "valid_rejected_narrowed": sum(len(r["valid"]) - sum(r["valid"]) for r in narrowed)}
+
+
 def print_table(summaries: list[dict]) -> None:
     print("| engine | vocab | schemas compiled | compile median / p90 | mask median / p99 | valid accepted "
           "| invalid rejected |")
@@ -339,6 +400,24 @@ def print_table(summaries: list[dict]) -> None:
               f"| {s['invalid_rejected']}/{s['invalid_of_compiled']}{exact} |")
 
 
+def print_conformance_table(summaries: list[dict], what: str) -> None:
+    print(f"\nConformance: {what}")
+    print("(values as json.dumps writes them: keys in the schema's order where it has one, no respelling; a"
+          " grammar with a reported narrowing may refuse some valid ones, one with a relaxation accept invalid ones)")
+    print("| engine | vocab | schemas compiled | valid accepted | invalid rejected |")
+    print("|---|---|---|---|---|")
+    for s in summaries:
+        report = [f"{s['relaxed']} relaxed"] if s["relaxed"] else []
+        report += [f"{s['narrowed']} narrowed"] if s.get("narrowed") else []
+        narrowed = (f"; {s['valid_rejected_narrowed']} refused by grammars with a narrowing of values"
+                    if s.get("valid_rejected_narrowed") else "")
+        exact = f"; {s['invalid_accepted_exact']} accepted by exact grammars" if s["relaxed"] else ""
+        print(f"| {s['engine']} | {s['vocab']} | {s['compiled']}/{s['schemas']}"
+              f"{' (' + ', '.join(report) + ')' if report else ''} "
+              f"| {s['valid_accepted']}/{s['valid_of_compiled']} (of {s['valid_total']}){narrowed} "
+              f"| {s['invalid_rejected']}/{s['invalid_of_compiled']}{exact} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("data_path", type=Path, help="jsonschemabench-sample.jsonl.gz")
@@ -350,6 +429,7 @@ def main() -> None:
     ap.add_argument("--peer-log", action="store_true", help="keep the peers' warnings on stderr")
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds per schema (compile + walks)")
     ap.add_argument("--json-out", type=Path, default=None, help="also write summaries and per-schema results")
+    ap.add_argument("--no-conformance", action="store_true", help="skip the conformance table")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args()
 
@@ -357,7 +437,9 @@ def main() -> None:
         rows = [json.loads(line) for line in f if line.strip()][:: args.stride][: args.limit]
     print(f"{len(rows)} schemas, {sum(len(r['tests']) for r in rows)} instances; {platform.processor() or ''} "
           f"{platform.machine()}, one thread")
-    summaries, details, skipped = [], {}, []
+    loaded = None if args.no_conformance else conformance_rows()
+    cases, spelling = loaded if loaded is not None else (None, ())
+    summaries, conformance, details, skipped = [], [], {}, []
     for vocab_name in args.vocab:
         vocab = load_vocab(vocab_name)
         for engine in args.engines:
@@ -371,13 +453,26 @@ def main() -> None:
             details[f"{engine}/{vocab_name}"] = [
                 {k: v for k, v in r.items() if k != "mask_s"} | {"file": row["file"]}
                 for r, row in zip(results, rows)]
+            if cases is not None:
+                case_results, _ = run_engine(engine, vocab, cases, args.timeout, False, quiet_child)
+                conformance.append(value_narrowed(summarize(engine, vocab_name, cases, case_results), case_results,
+                                                  spelling))
             if not args.quiet:
                 print(f"  {engine}/{vocab_name} done in {time.perf_counter() - t0:.0f} s", flush=True)
     print_table(summaries)
+    if not args.no_conformance:
+        if cases is None:  # the sample's own instances, as in the table above
+            print_conformance_table(summaries, "tests/test_json_schema_conformance.py is not here (or its test "
+                                               "dependencies are missing): the sample's instances instead")
+        else:
+            print_conformance_table(conformance, f"tests/test_json_schema_conformance.py, {len(cases)} schemas, "
+                                                 f"{sum(len(r['tests']) for r in cases)} values labelled by "
+                                                 "jsonschema")
     for line in skipped:
         print(f"skipped {line}")
     if args.json_out:
-        args.json_out.write_text(json.dumps({"summaries": summaries, "results": details}, indent=1))
+        args.json_out.write_text(json.dumps({"summaries": summaries, "conformance": conformance,
+                                             "results": details}, indent=1))
 
 
 if __name__ == "__main__":

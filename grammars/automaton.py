@@ -16,7 +16,7 @@ from typing import Protocol
 
 import numpy as np
 
-from radixgen.grammars.bytedfa import ByteDFA
+from radixgen.grammars.bytedfa import ByteDFA, live_pairs
 from radixgen.grammars.columns import group_bytes
 from radixgen.grammars.pda import PdaTables
 
@@ -61,7 +61,7 @@ class _DfaRows:
 
     def live_pairs(self, state: int) -> tuple[tuple[int, int], ...]:
         """(byte, next state) for every live byte, ascending."""
-        return _dfa_live_pairs(self._dfa, state)
+        return live_pairs(self._dfa, state)
 
     def row_tuple(self, state: int) -> tuple[int, ...]:
         """The table row of `state` as a Python tuple."""
@@ -74,6 +74,10 @@ class DfaAutomaton(_DfaRows):
     def __init__(self, dfa: ByteDFA) -> None:
         self._dfa = dfa
         self.initial = 0
+
+    @property
+    def dfa(self) -> ByteDFA:
+        return self._dfa
 
     @property
     def table(self) -> np.ndarray:
@@ -147,16 +151,13 @@ def _live_pairs_of(row: np.ndarray) -> tuple[tuple[int, int], ...]:
     return tuple(zip(live.tolist(), row[live].tolist()))
 
 
-def _dfa_live_pairs(dfa: ByteDFA, state: int) -> tuple[tuple[int, int], ...]:
-    cache: dict[int, tuple[tuple[int, int], ...]] = dfa.__dict__.setdefault("_live_pairs", {})
-    found = cache.get(state)
-    if found is None:
-        found = cache[state] = _live_pairs_of(dfa.trans[state])
-    return found
-
-
 class PdaAutomaton:
     """A grammar: states are interned sets of stacks of PDA states (the root frame first).
+
+    A call whose return state only ends its rule (accepting, nothing to read or call: a rule's last item, like
+    `value ::= object | ...` or a property-name trie's next character) pushes no return frame: the callee's end
+    pops straight into the frame below, as the return would have (a tail call). Stacks stay as deep as the
+    nesting of the text, not of the rules that spell it.
 
     A stack may also be *relative*: it starts with `MARK`, standing for frames below that are not part of the
     key. Popping into `MARK` is not followed; the configuration records it in `escapes` instead. A token walk
@@ -168,6 +169,9 @@ class PdaAutomaton:
     def __init__(self, pda: PdaTables) -> None:
         self._pda = pda
         self._accept_list: list[bool] = pda.accept.tolist()
+        ends_only = pda.accept & ~pda.has_bytes & (np.fromiter(map(len, pda.calls), dtype=np.int64,
+                                                                count=pda.num_states) == 0)
+        self._tail_return: list[bool] = ends_only.tolist()  # a call returning here is a tail call
         self._configs: list[Config] = []
         self._index: dict[tuple[Config, bool], int] = {}
         self._accepting: list[bool] = []
@@ -268,6 +272,7 @@ class PdaAutomaton:
         seen: set[Stack] = set()
         kept: set[Stack] = set()
         escaped = False
+        tail_return = self._tail_return
         work = list(stacks)
         while work:
             s = work.pop()
@@ -277,7 +282,7 @@ class PdaAutomaton:
             top = s[-1]
             below = s[:-1]
             for callee, ret in pda.calls[top]:
-                work.append(below + (ret, callee))
+                work.append(below + (callee,) if tail_return[ret] else below + (ret, callee))
             if pda.accept[top] and below:
                 if below == (MARK,):
                     escaped = True

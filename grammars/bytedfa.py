@@ -51,6 +51,37 @@ class ByteDFA:
         return h.digest()
 
 
+def live_pairs(dfa: ByteDFA, state: int) -> tuple[tuple[int, int], ...]:
+    """(byte, next state) for every live byte of `state`, ascending (cached on the DFA)."""
+    cache: dict[int, tuple[tuple[int, int], ...]] = dfa.__dict__.setdefault("_live_pairs", {})
+    found = cache.get(state)
+    if found is None:
+        row = dfa.trans[state]
+        live = np.flatnonzero(row >= 0)
+        found = cache[state] = tuple(zip(live.tolist(), row[live].tolist()))
+    return found
+
+
+def start_distances(dfa: ByteDFA) -> np.ndarray:
+    """int64 per state: the fewest bytes that reach it from the start (read-only, cached on the DFA)."""
+    found: np.ndarray | None = dfa.__dict__.get("_start_distances")
+    if found is None:
+        found = np.full(dfa.num_states, np.iinfo(np.int64).max, dtype=np.int64)
+        frontier = np.zeros(dfa.num_states, dtype=bool)
+        frontier[0] = True
+        depth = 0
+        while frontier.any():
+            found[frontier] = depth
+            targets = dfa.trans[frontier]
+            frontier = np.zeros(dfa.num_states, dtype=bool)
+            frontier[targets[targets >= 0]] = True
+            frontier &= found == np.iinfo(np.int64).max
+            depth += 1
+        found.flags.writeable = False
+        dfa.__dict__["_start_distances"] = found
+    return found
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Character automata: a transition function per state that is piecewise constant over codepoint intervals.
 

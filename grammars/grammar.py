@@ -1,9 +1,10 @@
 """Compiled grammars: an immutable automaton + per-state mask cache, shared by all matchers; the compile API.
 
-`compile_regex` and `compile_grammar` return a `Grammar` cached by (kind, source text, relaxations, vocabulary
-identity) in a process-wide LRU, so the engine compiles each constraint once however many requests use it.
-A `Grammar` is logically immutable: the per-state caches it fills (automaton rows, masks) are derived data,
-guarded for threads. (constraint.py dispatches a request's constraint to these.)
+`compile_regex` and `compile_grammar` return a `Grammar` cached by (kind, source text, relaxations, narrowings,
+vocabulary identity) in a process-wide LRU, so the engine compiles each constraint once however many requests
+use it; given the vocabulary's `grammar_cache`, on disk too (disk_cache.py), so another process or a restart
+loads it instead. A `Grammar` is logically immutable: the per-state caches it fills (automaton rows, masks) are
+derived data, guarded for threads. (constraint.py dispatches a request's constraint to these.)
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from collections.abc import Callable
 import numpy as np
 
 from radixgen.grammars.automaton import ByteAutomaton, DfaAutomaton, PdaAutomaton
+from radixgen.grammars.bytedfa import ByteDFA
+from radixgen.grammars.disk_cache import CompiledParts, GrammarKey
 from radixgen.grammars.errors import GrammarError
 from radixgen.grammars.ir import normalize
 from radixgen.grammars.masks import MaskCache
@@ -30,21 +33,30 @@ class Grammar:
     """A constraint compiled against one vocabulary. Create matchers with `matcher()`.
 
     `relaxations` names, one message each, what the constraint asked that the grammar enforces more loosely
-    (a JSON Schema's keywords with no exact grammar; empty for every other source).
+    (a JSON Schema's keywords with no exact grammar); `narrowings`, what it enforces more strictly (an inferred
+    type, a fixed key order or whitespace). Both empty for every other source.
     """
 
     def __init__(self, kind: str, source: str, vocab: Vocabulary, automaton: ByteAutomaton,
-                 relaxations: tuple[str, ...] = ()) -> None:
+                 relaxations: tuple[str, ...] = (), narrowings: tuple[str, ...] = ()) -> None:
         self.kind = kind
         self.source = source
         self.vocab = vocab
         self.automaton = automaton
         self._relaxations = relaxations
+        self._narrowings = narrowings
         self._masks = MaskCache(vocab, automaton)
+        # Per state, derived once: whether any byte can follow, and the bytes every continuation starts with.
+        self._continues: dict[int, bool] = {}
+        self._forced: dict[tuple[int, int], bytes] = {}
 
     @property
     def relaxations(self) -> tuple[str, ...]:
         return self._relaxations
+
+    @property
+    def narrowings(self) -> tuple[str, ...]:
+        return self._narrowings
 
     def precompute(self) -> None:
         """Compute the context-independent part of every position's mask now (done by the compile API)."""
@@ -63,10 +75,19 @@ class Grammar:
         return row
 
     def has_continuation(self, state: int) -> bool:
-        return bool((self._row(state) >= 0).any())
+        found = self._continues.get(state)
+        if found is None:
+            found = self._continues[state] = bool((self._row(state) >= 0).any())
+        return found
 
     def forced_bytes(self, state: int, limit: int) -> bytes:
         """Bytes every continuation from `state` starts with (stops where EOS or a choice is possible)."""
+        found = self._forced.get((state, limit))
+        if found is None:
+            found = self._forced[(state, limit)] = self._walk_forced(state, limit)
+        return found
+
+    def _walk_forced(self, state: int, limit: int) -> bytes:
         out = bytearray()
         while len(out) < limit and not self.automaton.accepting(state):
             live = np.flatnonzero(self._row(state) >= 0)
@@ -82,25 +103,44 @@ class Grammar:
         return f"Grammar(kind={self.kind!r}, source={src!r}, vocab={self.vocab!r})"
 
 
-_cache: OrderedDict[tuple[str, str, tuple[str, ...], int], Grammar] = OrderedDict()
+_cache: OrderedDict[tuple[str, str, tuple[str, ...], tuple[str, ...], int], Grammar] = OrderedDict()
 _cache_lock = threading.Lock()
 
 
 def _cached(kind: str, source: str, vocab: Vocabulary, build: Callable[[], ByteAutomaton],
-            relaxations: tuple[str, ...] = ()) -> Grammar:
-    key = (kind, source, relaxations, id(vocab))
+            relaxations: tuple[str, ...] = (), narrowings: tuple[str, ...] = ()) -> Grammar:
+    key = (kind, source, relaxations, narrowings, id(vocab))
     with _cache_lock:
         found = _cache.get(key)
         if found is not None and found.vocab is vocab:
             _cache.move_to_end(key)
             return found
-    grammar = Grammar(kind, source, vocab, build(), relaxations)
-    grammar.precompute()
+    grammar = _load_or_compile(GrammarKey(kind, source, relaxations, narrowings), vocab, build)
     with _cache_lock:
         _cache[key] = grammar
         _cache.move_to_end(key)
         while len(_cache) > CACHE_SIZE:
             _cache.popitem(last=False)
+    return grammar
+
+
+def _load_or_compile(key: GrammarKey, vocab: Vocabulary, build: Callable[[], ByteAutomaton]) -> Grammar:
+    """A new `Grammar` for `key`: from the vocabulary's disk cache (disk_cache.py) when it holds it, else built
+    and precomputed, then stored there."""
+    disk = vocab.grammar_cache
+    parts = disk.load(key, vocab) if disk is not None else None
+    if parts is not None:
+        tables = parts.tables
+        loaded = DfaAutomaton(tables) if isinstance(tables, ByteDFA) else PdaAutomaton(tables)
+        grammar = Grammar(key.kind, key.source, vocab, loaded, key.relaxations, key.narrowings)
+        grammar._masks.restore(parts.masks)
+        return grammar
+    grammar = Grammar(key.kind, key.source, vocab, build(), key.relaxations, key.narrowings)
+    grammar.precompute()
+    built = grammar.automaton
+    if disk is not None and isinstance(built, (DfaAutomaton, PdaAutomaton)):
+        stored = built.dfa if isinstance(built, DfaAutomaton) else built.pda
+        disk.store(key, vocab, CompiledParts(stored, grammar._masks.precomputed()))
     return grammar
 
 
@@ -121,19 +161,21 @@ def compile_regex(pattern: str, vocab: Vocabulary) -> Grammar:
 
 
 def compile_grammar(text: str, vocab: Vocabulary, syntax: str = "lark", start: str | None = None,
-                    relaxations: tuple[str, ...] = ()) -> Grammar:
+                    relaxations: tuple[str, ...] = (), narrowings: tuple[str, ...] = ()) -> Grammar:
     """A Lark (`syntax="lark"`) or EBNF/GBNF (`syntax="ebnf"`) grammar; see `ebnf.py` for the dialect.
 
-    `relaxations` is the result's report, for a grammar written by a front end that could not enforce its
-    source exactly (json_schema.py)."""
+    `relaxations` and `narrowings` are the result's report, for a grammar written by a front end that could not
+    enforce its source exactly (json_schema.py)."""
     if syntax == "ebnf":
         from radixgen.grammars.ebnf import parse_ebnf
 
         return _cached(f"ebnf:{start or 'root'}", text, vocab,
-                       lambda: PdaAutomaton(build_pda(normalize(parse_ebnf(text, start or "root")))), relaxations)
+                       lambda: PdaAutomaton(build_pda(normalize(parse_ebnf(text, start or "root")))), relaxations,
+                       narrowings)
     if syntax == "lark":
         from radixgen.grammars.lark_frontend import parse_lark
 
         return _cached(f"lark:{start or 'start'}", text, vocab,
-                       lambda: PdaAutomaton(build_pda(normalize(parse_lark(text, start or "start")))), relaxations)
+                       lambda: PdaAutomaton(build_pda(normalize(parse_lark(text, start or "start")))), relaxations,
+                       narrowings)
     raise GrammarError(f"unknown grammar syntax {syntax!r}; use 'lark' or 'ebnf'")

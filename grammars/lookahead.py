@@ -27,14 +27,15 @@ from radixgen.grammars.pda import PdaTables
 def _nullable_starts(pda: PdaTables) -> np.ndarray:
     """bool per state: a rule started here may finish without reading a byte (through calls too)."""
     nullable: np.ndarray = pda.accept.copy()
+    edges = [(g, c, r) for g, calls in enumerate(pda.calls) for c, r in calls]
+    if not edges:
+        return nullable
+    source, callee, ret = np.array(edges, dtype=np.int64).T
     while True:
-        grown = nullable.copy()
-        for g, edges in enumerate(pda.calls):
-            if not grown[g] and any(nullable[c] and nullable[r] for c, r in edges):
-                grown[g] = True
-        if (grown == nullable).all():
+        grown = source[nullable[callee] & nullable[ret] & ~nullable[source]]
+        if grown.size == 0:
             return nullable
-        nullable = grown
+        nullable[grown] = True
 
 
 _MULTIPLIERS_SEED = 0x10CA1

@@ -28,10 +28,10 @@ from radixgen.grammars.automaton import (
     dfa_accepting_list,
     dfa_row_tuple,
 )
-from radixgen.grammars.bytedfa import ByteDFA
+from radixgen.grammars.bytedfa import ByteDFA, start_distances
 from radixgen.grammars.lookahead import lookahead_representatives
-from radixgen.grammars.pda import called_states
-from radixgen.grammars.terminal_walks import TerminalHandoff, sorted_unique, terminal_walk
+from radixgen.grammars.pda import PdaTables, called_states
+from radixgen.grammars.terminal_walks import TerminalHandoff, sorted_unique, terminal_top_walk
 from radixgen.grammars.token_walk import WalkResult, nodes_to_mask, walk_mask, walk_trie
 from radixgen.grammars.vocabulary import Run, Vocabulary
 
@@ -57,20 +57,54 @@ def _terminal_verdict(dfa: ByteDFA, q: int, run: Run) -> bool | None:
     terminal at its DFA state `q`, decided by the terminal's table alone where it can be: True when the
     terminal reads all of it (the stack stays alive), False when it dies without passing an accepting state
     (so nothing else could have read on); None when it may have left the terminal on the way (the grammar
-    decides). A unit that brings the DFA back to where it began is read the same way by every later unit."""
+    decides). A unit that brings the DFA back to where it began is read the same way by every later unit.
+    Cached on the DFA by (state, run): positions inside one terminal recur across masks and grammars."""
+    verdicts: dict[tuple[int, Run], bool | None] = dfa.__dict__.setdefault("_run_verdicts", {})
+    key = (q, run)
+    if key in verdicts:
+        return verdicts[key]
     accepting = dfa_accepting_list(dfa)
+    rows: dict[int, tuple[int, ...]] = dfa.__dict__.setdefault("_row_tuples", {})
     may_exit = accepting[q]
     head, unit, count = run
     part, begin = head, -1  # the head first (never a fixed point), then the units
-    while True:
+    verdict: bool | None = True
+    while verdict:
         for b in part:
-            q = dfa_row_tuple(dfa, q)[b]
+            row = rows.get(q)
+            q = (row if row is not None else dfa_row_tuple(dfa, q))[b]
             if q < 0:
-                return None if may_exit else False
+                verdict = None if may_exit else False
+                break
             may_exit = may_exit or accepting[q]
-        if count == 0 or q == begin:
-            return True
-        part, begin, count = unit, q, count - 1
+        else:
+            if count == 0 or q == begin:
+                break
+            part, begin, count = unit, q, count - 1
+    verdicts[key] = verdict
+    return verdict
+
+
+def _warm(vocab: Vocabulary) -> None:
+    """Build the vocabulary's derived tables that masks read (once per vocabulary, at compile time rather
+    than inside the first mask that needs them)."""
+    vocab.trie.lists()
+    vocab.trie.node_tokens(np.zeros(1, dtype=np.int64))
+    _ = vocab.long_token_witnesses, vocab.long_token_runs, vocab.long_token_paths, vocab.eos_mask
+
+
+def _witnessed(vocab: Vocabulary, shared: np.ndarray) -> list[bool]:
+    """Per long token (`Vocabulary.long_tokens` order): `shared` allows its witness, or it has none (one
+    gather for all of them; the word and bit of each witness are cached on the vocabulary)."""
+    found: tuple[np.ndarray, np.ndarray, np.ndarray] | None = vocab.__dict__.get("_witness_bits")
+    if found is None:
+        ids = [0 if w is None else w for w in vocab.long_token_witnesses]
+        found = (np.array([i >> 5 for i in ids], dtype=np.int64), np.array([i & 31 for i in ids], dtype=np.uint32),
+                 np.array([w is None for w in vocab.long_token_witnesses], dtype=bool))
+        vocab.__dict__["_witness_bits"] = found
+    words, shifts, unwitnessed = found
+    allowed: list[bool] = (((shared.view(np.uint32)[words] >> shifts) & 1).astype(bool) | unwitnessed).tolist()
+    return allowed
 
 
 def _terminal_tops(automaton: PdaAutomaton, state: int) -> list[tuple[ByteDFA, int] | None]:
@@ -104,6 +138,23 @@ def _stacks_verdict(tops: list[tuple[ByteDFA, int] | None], run: Run) -> bool | 
 PRECOMPUTE_REGEX_BYTES = 16  # regex states with at most this many live bytes are walked at compile time
 
 
+@dataclass(frozen=True)
+class PrecomputedMasks:
+    """What `MaskCache.precompute` computed, as plain arrays (the part of a compiled grammar the disk cache
+    keeps): the top walks (row i: state `top_states[i]`, its packed tokens, index of its pop set or -1), the
+    pop sets (set j is `pop_nodes[pop_start[j]:pop_start[j + 1]]`, sorted), the lookahead representatives
+    (empty for a regex) and a regex's precomputed masks."""
+
+    top_states: np.ndarray  # int64[T]
+    top_packed: np.ndarray  # int32[T, W]
+    top_pops: np.ndarray  # int64[T]
+    pop_start: np.ndarray  # int64[P + 1]
+    pop_nodes: np.ndarray  # int64[pop_start[-1]]
+    representatives: np.ndarray  # int64[G] or int64[0]
+    mask_states: np.ndarray  # int64[M]
+    mask_packed: np.ndarray  # int32[M, W]
+
+
 class MaskCache:
     """Packed masks per automaton state (EOS set iff accepting), computed on first use, thread-safe."""
 
@@ -113,12 +164,14 @@ class MaskCache:
         self._masks: dict[int, np.ndarray] = {}
         self._tops: dict[int, _FrameWalk] = {}  # stage 1 by top PDA state
         self._frames: dict[tuple[int, int, bool], _FrameWalk] = {}  # later stages by (frame, pops, root)
-        self._roots: dict[int, np.ndarray] = {}  # packed masks of root-only stack sets by state
+        self._roots: dict[int, np.ndarray] = {}  # packed masks of one-frame stacks by frame (`_root_walk`)
         self._node_ids: dict[bytes, int] = {}  # see `_node_set`
         self._node_sets: list[np.ndarray] = []
         self._pops_on_long: dict[int, bool] = {}  # see `_on_long_tokens`
         self._lock = threading.Lock()
         self._representatives: list[int] | None = None  # per PDA state, see `_lookahead`
+        self._restored: PrecomputedMasks | None = None  # see `restore`
+        self._restored_rows: dict[int, int] = {}
         self._handoff = TerminalHandoff(vocab, automaton) if isinstance(automaton, PdaAutomaton) else None
 
     def precompute(self) -> None:
@@ -128,10 +181,9 @@ class MaskCache:
         Within the vocabulary's `precompute_s` of CPU time, so a huge grammar compiles in bounded time and
         leaves its remaining positions for first use (the results are the same either way, only cached
         earlier). Only states of called rules (`called_states`: the start rule's states only ever sit in root
-        frames, walked whole). Rule states go first, narrowest first; then states inside shared terminals,
-        whose walks are cached per vocabulary (free when another grammar already used the terminal). Wide
-        regex states are left for first use."""
+        frames, met once at the start), in `_precompute_order`. Wide regex states are left for first use."""
         automaton = self.automaton
+        _warm(self.vocab)
         if isinstance(automaton, DfaAutomaton):
             # A regex: narrow states' masks are cheap to walk now; wide ones are walked on first use.
             narrow = (automaton.table >= 0).sum(axis=1) <= PRECOMPUTE_REGEX_BYTES
@@ -146,14 +198,74 @@ class MaskCache:
         pda = automaton.pda
         automaton.fill_relative_tops()
         representatives = np.asarray(self._lookahead(automaton))
-        live_bytes = (pda.trans >= 0).sum(axis=1)
-        in_terminal = pda.terminal_of >= 0 if pda.terminal_of is not None else np.zeros_like(pda.has_bytes)
         candidates = np.unique(representatives[pda.has_bytes & called_states(pda)])  # of possible top frames
         deadline = time.thread_time() + self.vocab.precompute_s
-        for g in candidates[np.lexsort((live_bytes[candidates], in_terminal[candidates]))].tolist():
+        for g in self._precompute_order(pda, candidates):
             if time.thread_time() > deadline:
                 break
             self._top_walk(automaton, g)
+
+    def _precompute_order(self, pda: PdaTables, candidates: np.ndarray) -> list[int]:
+        """Top frames to walk at compile time, cheapest and likeliest first: states inside shared terminals
+        whose walk another grammar already cached (a lookup each), then rule states (narrowest first), then
+        the other terminal states, nearest their terminal's start first (a value's first bytes are read far
+        more often than its thousandth)."""
+        terminal_of = pda.terminal_of if pda.terminal_of is not None else np.full(pda.num_states, -1)
+        rules = candidates[terminal_of[candidates] < 0]
+        live_bytes = (pda.trans[rules] >= 0).sum(axis=1)
+        cached: list[int] = []
+        fresh: list[tuple[int, int]] = []
+        for g in candidates[terminal_of[candidates] >= 0].tolist():
+            offset, dfa = pda.terminals[int(terminal_of[g])]
+            if self.vocab.terminal_walks.get((dfa.digest, g - offset, "top")) is not None:
+                cached.append(g)
+            else:
+                fresh.append((int(start_distances(dfa)[g - offset]), g))
+        narrowest: list[int] = rules[np.argsort(live_bytes, kind="stable")].tolist()
+        return cached + narrowest + [g for _, g in sorted(fresh)]
+
+    def precomputed(self) -> PrecomputedMasks:
+        """The walks `precompute` did, as arrays (call it right after `precompute`, before any mask)."""
+        words = self.vocab.mask_words
+        tops = sorted(self._tops.items())
+        used = sorted({entry.pops for _, entry in tops if entry.pops is not None})
+        index = {pops: i for i, pops in enumerate(used)}
+        sets = [self._node_sets[pops] for pops in used]
+        masks = sorted(self._masks.items())
+        return PrecomputedMasks(
+            top_states=np.array([g for g, _ in tops], dtype=np.int64),
+            top_packed=np.array([e.packed for _, e in tops], dtype=np.int32).reshape(len(tops), words),
+            top_pops=np.array([-1 if e.pops is None else index[e.pops] for _, e in tops], dtype=np.int64),
+            pop_start=np.cumsum([0] + [s.shape[0] for s in sets], dtype=np.int64),
+            pop_nodes=np.concatenate(sets).astype(np.int64) if sets else np.zeros(0, dtype=np.int64),
+            representatives=np.asarray(self._representatives or [], dtype=np.int64),
+            mask_states=np.array([q for q, _ in masks], dtype=np.int64),
+            mask_packed=np.array([m for _, m in masks], dtype=np.int32).reshape(len(masks), words))
+
+    def restore(self, done: PrecomputedMasks) -> None:
+        """Take the results of an earlier `precompute` of the same grammar and vocabulary (`precomputed`)
+        instead of computing them; the arrays are used as they are (read-only). A top walk is unpacked when
+        first used (`_restored_top`), so restoring costs the same for a grammar of any size."""
+        self._restored = done
+        self._restored_rows = dict(zip(done.top_states.tolist(), range(done.top_states.shape[0])))
+        for q, row in zip(done.mask_states.tolist(), done.mask_packed):
+            self._masks[q] = row
+        if done.representatives.size:
+            self._representatives = done.representatives.tolist()
+        _warm(self.vocab)
+
+    def _restored_top(self, top: int) -> _FrameWalk | None:
+        """The restored top walk of `top` (see `restore`), or None when it was not precomputed."""
+        row = self._restored_rows.get(top)
+        if row is None or self._restored is None:
+            return None
+        done = self._restored
+        pops = int(done.top_pops[row])
+        if pops >= 0:
+            nodes = done.pop_nodes[int(done.pop_start[pops]):int(done.pop_start[pops + 1])]
+        entry = _FrameWalk(done.top_packed[row], None if pops < 0 else self._node_set_sorted(nodes))
+        with self._lock:
+            return self._tops.setdefault(top, entry)
 
     def __len__(self) -> int:
         return len(self._masks)
@@ -199,11 +311,12 @@ class MaskCache:
         vocab = self.vocab
         _, entries, bits = vocab.long_tokens
         out: np.ndarray = shared & ~bits
-        tops = _terminal_tops(automaton, state)
+        witnessed = _witnessed(vocab, shared)
+        tops = _terminal_tops(automaton, state) if any(witnessed) else []
         reached: list[int] = []
-        for (tid, _, prefix), witness, (whole, rest) in zip(entries, vocab.long_token_witnesses,
-                                                            vocab.long_token_runs):
-            if witness is not None and not (int(shared[witness >> 5]) >> (witness & 31)) & 1:
+        readable: list[int] = []
+        for (tid, _, prefix), ok, (whole, rest) in zip(entries, witnessed, vocab.long_token_runs):
+            if not ok:
                 current = DEAD
             elif (verdict := _stacks_verdict(tops, whole)) is not None:
                 current = _READABLE if verdict else DEAD
@@ -215,7 +328,10 @@ class MaskCache:
                     current = automaton.read_run(current, *rest)
             reached.append(current)
             if current >= 0 or current == _READABLE:
-                out[tid >> 5] |= np.int32(np.uint32(1 << (tid & 31)).view(np.int32))
+                readable.append(tid)
+        if readable:
+            ids = np.array(readable, dtype=np.int64)
+            np.bitwise_or.at(out.view(np.uint32), ids >> 5, np.left_shift(np.uint32(1), (ids & 31).astype(np.uint32)))
         return out
 
     def _pda_mask(self, automaton: PdaAutomaton, state: int) -> np.ndarray:
@@ -231,24 +347,23 @@ class MaskCache:
         k. From those pops, frame `f_k` alone: `(MARK, f_k)` closed, walked from each pop node on. Its key is
            (frame, pop nodes), so deep stacks and different paths that reach the same frame with the same
            pops share it. The root frame `f_d` is walked as itself (no MARK): that walk is exact.
-        Most tokens pop a frame or two at most, so the chain is short; root-only stacks are walked whole.
+        Most tokens pop a frame or two at most, so the chain is short. A stack that is one root frame is its
+        top walk and the tokens ending where that frame's rule may end (`_root_walk`).
         Every frame is replaced by its representative (`_lookahead`). Where a replaced frame can be reached
         by a token longer than the split length (it is the top, or the pops above it lie on such a token's
         path), those few tokens are stepped from the real configuration.
         """
         out = np.zeros(self.vocab.mask_words, dtype=np.int32)
         representatives = self._lookahead(automaton)
-        roots: list[tuple[int, ...]] = []
         replaced = False
         for real in automaton.stacks(state):
             stack = tuple(representatives[frame] for frame in real)
+            replaced = replaced or stack[-1] != real[-1]
             if len(stack) == 1:
-                roots.append(stack)
-                replaced = replaced or stack != real
+                out |= self._root_walk(automaton, stack[0])
                 continue
             entry = self._top_walk(automaton, stack[-1])
             out |= entry.packed
-            replaced = replaced or stack[-1] != real[-1]
             long_reach = True  # a long token may reach the current frame
             below = len(stack) - 2
             while entry.pops is not None:
@@ -257,39 +372,41 @@ class MaskCache:
                 entry = self._frame_walk(automaton, stack[below], entry.pops, root=below == 0)
                 out |= entry.packed
                 below -= 1
-        if roots:
-            sub = automaton.intern_stacks(roots)
-            packed = self._roots.get(sub)
-            if packed is None:
-                walk = walk_trie(automaton, sub, self.vocab.trie, handoff=self._handoff)
-                packed = self._roots.setdefault(sub, _frozen(walk_mask(self.vocab, walk)))
-            out |= packed
         if replaced:
             out = self._fix_long_tokens(automaton, state, out)
         return out
 
     def _top_walk(self, automaton: PdaAutomaton, top: int) -> _FrameWalk:
         """Stage 1 for a stack whose top frame is PDA state `top`."""
-        found = self._tops.get(top)
+        found = self._tops.get(top) or self._restored_top(top)
         if found is not None:
             return found
         pda = automaton.pda
         term = int(pda.terminal_of[top]) if pda.terminal_of is not None else -1
         if term >= 0:
-            # Inside a shared terminal: its walk is cached per vocabulary; the rule's own walk resumes where
-            # the terminal may end.
+            # Inside a shared terminal: the terminal alone, cached per vocabulary.
             offset, dfa = pda.terminals[term]
-            inside = terminal_walk(self.vocab, dfa, top - offset, np.zeros(1, dtype=np.int64))
-            assert self._handoff is not None, "a grammar's masks have a handoff"
-            after = self._handoff.after_terminal((MARK,), offset, inside)
-            entry = _FrameWalk(_frozen(inside.packed | walk_mask(self.vocab, after)),
-                               self._node_set(after.escape_nodes))
+            packed, pops = terminal_top_walk(self.vocab, dfa, top - offset)
+            entry = _FrameWalk(packed, self._node_set(pops))
         else:
             sub = automaton.intern_stacks(((MARK, top),))
             entry = self._entry(walk_trie(automaton, sub, self.vocab.trie, escapes=True, handoff=self._handoff,
                                           past_escapes=True))
         with self._lock:
             return self._tops.setdefault(top, entry)
+
+    def _root_walk(self, automaton: PdaAutomaton, frame: int) -> np.ndarray:
+        """The mask of a stack that is one root frame: what its top walk reads without popping the frame, and
+        the tokens ending where the frame's rule may end (the text is then complete: nothing may follow)."""
+        found = self._roots.get(frame)
+        if found is None:
+            entry = self._top_walk(automaton, frame)
+            packed = entry.packed
+            if entry.pops is not None:
+                packed = packed | nodes_to_mask(self.vocab, self._node_sets[entry.pops])
+            with self._lock:
+                found = self._roots.setdefault(frame, _frozen(packed))
+        return found
 
     def _frame_walk(self, automaton: PdaAutomaton, frame: int, pops: int, root: bool) -> _FrameWalk:
         """Stage k: frame `frame` (a return state) resumes at the pop nodes `pops` of the stage above it."""
@@ -322,7 +439,10 @@ class MaskCache:
         """Interned id of a set of trie nodes (None for the empty set): equal sets get one id."""
         if nodes.size == 0:
             return None
-        unique = sorted_unique(nodes)
+        return self._node_set_sorted(sorted_unique(nodes))
+
+    def _node_set_sorted(self, unique: np.ndarray) -> int:
+        """`_node_set` of nodes already sorted and distinct."""
         key = unique.tobytes()
         with self._lock:
             found = self._node_ids.get(key)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from radixgen.grammars.bytedfa import ByteDFA
+from radixgen.grammars.bytedfa import ByteDFA, live_pairs
 from radixgen.grammars.columns import group_bytes
 from radixgen.grammars.counted import fuse_bounded_repeats
 from radixgen.grammars.errors import GrammarError
@@ -29,6 +29,7 @@ from radixgen.grammars.ir import Alt, Expr, GrammarIR, Graph, Repeat, RuleRef, S
 DEAD = -1
 MAX_REPEAT = 4096  # largest {m,n} bound compiled (each count is a state)
 MAX_RULE_NFA_STATES = 200_000
+NARROW_BYTES = 8  # a terminal state with at most this many live bytes is determinized byte by byte
 
 
 @dataclass(frozen=True, eq=False)
@@ -147,6 +148,8 @@ def _determinize(nfa: _RuleNfa, final: int) -> _RuleDfa:
         return found
 
     def closure(states: list[int]) -> frozenset[int]:
+        if len(states) == 1:
+            return closure_of(states[0])
         out: set[int] = set()
         for s in states:
             out |= closure_of(s)
@@ -170,7 +173,12 @@ def _determinize(nfa: _RuleNfa, final: int) -> _RuleDfa:
         i += 1
         frags = [frag for s in subset if (frag := nfa.frag[s]) is not None]
         row = np.full(256, DEAD, dtype=np.int32)
-        if frags:
+        if len(frags) == 1 and len(pairs := live_pairs(frags[0][0], frags[0][1])) <= NARROW_BYTES:
+            # One terminal state with a few bytes (a literal's next character): no grouping needed.
+            _, _, base = frags[0]
+            for b, t in pairs:
+                row[b] = intern(closure_of(t + base))
+        elif frags:
             targets = np.stack([np.where(d.trans[q] >= 0, d.trans[q] + base, DEAD) for d, q, base in frags])
             groups, firsts = group_bytes(targets)
             results = np.full(firsts.shape[0], DEAD, dtype=np.int32)
@@ -241,34 +249,21 @@ def build_pda(ir: GrammarIR) -> PdaTables:
     calls: list[tuple[tuple[int, int], ...]] = []
     for name in names[:len(rule_dfas)]:
         rd, off = rule_dfas[name], offsets[name]
-        for local, row in enumerate(rd.rows):
-            trans[off + local] = np.where(row >= 0, row + off, DEAD)
-            accept[off + local] = rd.accept[local]
-            calls.append(tuple((offsets[callee], ret + off) for callee, ret in rd.calls[local]))
+        rows = np.stack(rd.rows)
+        trans[off:off + rows.shape[0]] = np.where(rows >= 0, rows + off, DEAD)
+        accept[off:off + rows.shape[0]] = rd.accept
+        calls.extend(tuple((offsets[callee], ret + off) for callee, ret in local) for local in rd.calls)
     for name in names[len(rule_dfas):]:  # a terminal's table is copied as one block; it calls nothing
         dfa, off = terminal_rules[name], offsets[name]
         trans[off:off + dfa.num_states] = np.where(dfa.trans >= 0, dfa.trans + off, DEAD)
         accept[off:off + dfa.num_states] = dfa.accepting
-        calls.extend(() for _ in range(dfa.num_states))
+        calls.extend([()] * dfa.num_states)
 
     # Prune rule states that cannot complete their rule (all rules reachable this way are productive).
     # Terminal states always can (a `ByteDFA` invariant), and rule states only read bytes into rule states.
-    call_src = np.array([g for g, edges in enumerate(calls) for _ in edges], dtype=np.int64)
-    call_callee = np.array([c for edges in calls for c, _ in edges], dtype=np.int64)
-    call_ret = np.array([r for edges in calls for _, r in edges], dtype=np.int64)
     has_edge = trans[:rule_rows] >= 0
     safe = np.where(has_edge, trans[:rule_rows], 0)
-    completable = accept.copy()
-    completable[rule_rows:] = True
-    while True:
-        step = completable.copy()
-        step[:rule_rows] |= (has_edge & completable[safe]).any(axis=1)
-        if call_src.size:
-            through_call = completable[call_callee] & completable[call_ret]
-            step[call_src[through_call]] = True
-        if (step == completable).all():
-            break
-        completable = step
+    completable = _completable(trans[:rule_rows], accept, calls, rule_rows)
     trans[:rule_rows] = np.where(has_edge & completable[safe], trans[:rule_rows], DEAD)
     pruned_calls = tuple(
         tuple((callee, ret) for callee, ret in edges if completable[callee] and completable[ret])
@@ -284,6 +279,35 @@ def build_pda(ir: GrammarIR) -> PdaTables:
     return PdaTables(trans=np.ascontiguousarray(trans), accept=accept, calls=pruned_calls,
                      has_bytes=has_bytes, start=offsets[ir.start], rule_names=tuple(names),
                      terminals=terminal_list, terminal_of=terminal_of, rule_start=rule_start)
+
+
+def _completable(rule_trans: np.ndarray, accept: np.ndarray, calls: list[tuple[tuple[int, int], ...]],
+                 rule_rows: int) -> np.ndarray:
+    """bool per state: its rule can be completed from it (terminal states always can). Propagated backwards
+    from the accepting states, one frontier at a time over the reversed byte edges (a state with a byte into
+    a completable state is completable) and the calls (whose callee and return both are): linear in the
+    edges, however long the chains of a rule (a long literal) are."""
+    completable = accept.copy()
+    completable[rule_rows:] = True
+    src, byte = np.nonzero(rule_trans >= 0)
+    pairs = np.unique(rule_trans[src, byte].astype(np.int64) * rule_rows + src)  # (target, source), by target
+    targets, sources = pairs // rule_rows, pairs % rule_rows
+    first = np.searchsorted(targets, np.arange(completable.shape[0] + 1))  # edges into state t: first[t]..
+    call_src = np.array([g for g, edges in enumerate(calls) for _ in edges], dtype=np.int64)
+    call_callee = np.array([c for edges in calls for c, _ in edges], dtype=np.int64)
+    call_ret = np.array([r for edges in calls for _, r in edges], dtype=np.int64)
+    frontier = np.flatnonzero(completable)
+    while frontier.size:
+        counts = first[frontier + 1] - first[frontier]
+        offsets = np.repeat(first[frontier] - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))
+        reached = [sources[offsets]]
+        if call_src.size:
+            reached.append(call_src[completable[call_callee] & completable[call_ret]])
+        fresh = np.concatenate(reached)
+        frontier = np.unique(fresh[~completable[fresh]])
+        completable[frontier] = True
+    done: np.ndarray = completable
+    return done
 
 
 def called_states(pda: PdaTables) -> np.ndarray:

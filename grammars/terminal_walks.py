@@ -50,10 +50,11 @@ def terminal_walk(vocab: Vocabulary, dfa: ByteDFA, q: int, nodes: np.ndarray) ->
 
     Cached per node set (one mask row, so a set seen again costs a lookup). Sets differ from context to
     context by a few nodes (a key's first character excludes different names' first characters), so the last
-    large set walked is kept as a base (see `_Base`): a set near it costs the walks of the nodes that differ
-    (cached per node), not one walk below all of them (thousands of nodes with a large vocabulary)."""
+    large set walked of each size (by powers of two) is kept as a base (see `_Base`): a set near it costs the
+    walks of the nodes that differ (cached per node), not one walk below all of them (thousands of nodes with
+    a large vocabulary). One base per size, so smaller sets walked in between do not displace it."""
     # Keys of the vocabulary's cache (an LRU by bytes, lru.py): (DFA digest, q, node set bytes) -> TerminalWalk;
-    # (digest, q, node) -> WalkResult; (digest, q, "base") -> _Base. Keys and values are stored as plain
+    # (digest, q, node) -> WalkResult; (digest, q, "base", size bucket) -> _Base. Keys and values are stored as plain
     # tuples of bytes, ints and arrays, which the cyclic garbage collector stops tracking: tens of thousands of
     # cached walks would otherwise lengthen every full collection, and those pauses land in mask times.
     cache = vocab.terminal_walks
@@ -61,9 +62,14 @@ def terminal_walk(vocab: Vocabulary, dfa: ByteDFA, q: int, nodes: np.ndarray) ->
     stored = cache.get(key)
     if stored is not None:
         return TerminalWalk(*stored)
-    stored_base = cache.get((dfa.digest, q, "base"))
-    base = None if stored_base is None else _Base(stored_base[0], TerminalWalk(*stored_base[1]), stored_base[2])
-    if base is not None and _near(base.nodes, nodes):
+    size = nodes.shape[0].bit_length()
+    base = None
+    for bucket in (size, size - 1, size + 1):
+        stored_base = cache.get((dfa.digest, q, "base", bucket))
+        if stored_base is not None and _near(stored_base[0], nodes):
+            base = _Base(stored_base[0], TerminalWalk(*stored_base[1]), stored_base[2])
+            break
+    if base is not None:
         kept = np.isin(base.nodes, nodes, assume_unique=True)
         added = _node_walks(vocab, dfa, q, np.setdiff1d(nodes, base.nodes, assume_unique=True))
         removed = _node_walks(vocab, dfa, q, base.nodes[~kept])
@@ -80,10 +86,27 @@ def terminal_walk(vocab: Vocabulary, dfa: ByteDFA, q: int, nodes: np.ndarray) ->
         if nodes.shape[0] >= BASE_MIN_NODES:
             owner = _owners(vocab, nodes, walk.escape_nodes)
             if owner is not None:
-                cache.put((dfa.digest, q, "base"), (nodes, _fields(found), owner),
+                cache.put((dfa.digest, q, "base", size), (nodes, _fields(found), owner),
                           nodes.nbytes + owner.nbytes + _nbytes(found), replace=True)
     found.packed.flags.writeable = False
     cache.put(key, _fields(found), len(key[2]) + _nbytes(found))
+    return found
+
+
+def terminal_top_walk(vocab: Vocabulary, dfa: ByteDFA, q: int) -> tuple[np.ndarray, np.ndarray]:
+    """A stack whose top frame is state `q` of terminal `dfa`: (packed tokens it reads without leaving the
+    terminal, sorted trie nodes where the terminal may end: its pops). The frames below never matter here,
+    so the walk is the DFA's alone, cached per vocabulary and shared by every grammar with the terminal."""
+    cache = vocab.terminal_walks
+    key = (dfa.digest, q, "top")
+    stored: tuple[np.ndarray, np.ndarray] | None = cache.get(key)
+    if stored is not None:
+        return stored
+    walk = walk_trie(DfaEscapes(dfa), q, vocab.trie, escapes=True, past_escapes=True)
+    packed = nodes_to_mask(vocab, walk.alive_nodes)
+    packed.flags.writeable = False
+    found = (packed, sorted_unique(walk.escape_nodes))
+    cache.put(key, found, packed.nbytes + found[1].nbytes)
     return found
 
 
@@ -190,14 +213,6 @@ class TerminalHandoff:
         if below.packed is not None:
             packed |= below.packed
         return WalkResult(below.alive_nodes, below.escape_nodes, below.escape_parent_states, packed)
-
-    def after_terminal(self, prefix: tuple[int, ...], offset: int, inside: TerminalWalk) -> WalkResult:
-        """The walk of the relative stack `prefix + (terminal state,)` below the nodes where the terminal
-        walk `inside` may end (recording escapes and going past them)."""
-        empty = np.zeros(0, dtype=np.int64)
-        if inside.exit_nodes.size == 0:
-            return WalkResult(empty, empty, empty)
-        return self._walk_exits(inside.exit_nodes, self._exit_configs(prefix, offset, inside), True, True)
 
     def _exit_configs(self, prefix: tuple[int, ...], offset: int, inside: TerminalWalk) -> np.ndarray:
         """Per exit node of a terminal walk: the configuration `prefix + (its parent's PDA state,)`."""

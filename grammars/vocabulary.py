@@ -6,14 +6,18 @@ layout `kernels.apply_token_bitmask_reference` applies to the logits.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from radixgen.grammars.lru import ByteLru
+
+if TYPE_CHECKING:
+    from radixgen.grammars.disk_cache import GrammarDiskCache
 
 WALK_CACHE_BYTES = 1 << 30  # default budget of the per-vocabulary terminal walk cache (lru.py); the
 # 400 sample schemas of benchmarks/grammar_bench.py fill about 570 MiB with Qwen3, 160 MiB with GPT-2
@@ -158,7 +162,7 @@ class Vocabulary:
 
     def __init__(self, token_bytes: Sequence[bytes], eos_token_ids: Iterable[int],
                  special_ids: Iterable[int] = (), *, walk_cache_bytes: int = WALK_CACHE_BYTES,
-                 precompute_s: float = PRECOMPUTE_S) -> None:
+                 precompute_s: float = PRECOMPUTE_S, grammar_cache: GrammarDiskCache | None = None) -> None:
         self.token_bytes: tuple[bytes, ...] = tuple(bytes(t) for t in token_bytes)
         self.eos_token_ids: tuple[int, ...] = tuple(sorted({int(e) for e in eos_token_ids}))
         specials = frozenset(int(s) for s in special_ids)
@@ -172,6 +176,9 @@ class Vocabulary:
         if precompute_s < 0:
             raise ValueError(f"precompute_s must be >= 0, got {precompute_s}")
         self.precompute_s = float(precompute_s)
+        # Grammars compiled against this vocabulary are kept on disk there too (disk_cache.py), or only in
+        # the process (None).
+        self.grammar_cache = grammar_cache
         for tid in self.special_ids:
             if not 0 <= tid < len(self.token_bytes):
                 raise ValueError(f"special/eos token id {tid} outside the vocabulary of {self.size}")
@@ -186,6 +193,17 @@ class Vocabulary:
     @property
     def mask_words(self) -> int:
         return bitmask_words(self.size)
+
+    @cached_property
+    def digest(self) -> bytes:
+        """16-byte hash of every token's bytes, the EOS ids and the special ids: what a compiled grammar
+        depends on (the disk cache's key, disk_cache.py)."""
+        h = hashlib.blake2b(digest_size=16)
+        h.update(np.array([len(t) for t in self.token_bytes], dtype=np.int64).tobytes())
+        h.update(b"".join(self.token_bytes))
+        h.update(np.array(self.eos_token_ids, dtype=np.int64).tobytes())
+        h.update(np.array(sorted(self.special_ids), dtype=np.int64).tobytes())
+        return h.digest()
 
     @cached_property
     def trie(self) -> TokenTrie:

@@ -70,15 +70,31 @@ def test_schemas_with_equal_bounds_share_one_terminal() -> None:
                               vocab)
     fused = {id(d) for _, d in one.automaton.pda.terminals} & {id(d) for _, d in two.automaton.pda.terminals}
     assert any(d.num_states == 40 * 16 + 2 and id(d) in fused for _, d in one.automaton.pda.terminals)
-    # Beyond the fused size the repetition stays a rule calling the one-character terminal.
+    # Beyond the fused size the repetition is read in blocks of 256 characters (one fused DFA) and a tail.
     long = compile_json_schema({"type": "string", "maxLength": 1000}, vocab)
-    assert max(_terminal_sizes(long)) < 1000
+    assert 256 * 16 + 1 in _terminal_sizes(long) and max(_terminal_sizes(long)) <= MAX_FUSED_STATES
     text = b'"' + b"x" * 1000 + b'"'
     m = long.matcher()
     assert m.advance_bytes(text) and m.is_accepting() and not long.matcher().advance_bytes(text[:-1] + b'x"')
     # A grammar's own bounded class repetition is fused too.
     gbnf = compile_grammar('root ::= "<" [a-z]{1,20} ">"', vocab, syntax="ebnf")
     assert 20 + 2 in _terminal_sizes(gbnf)
+
+
+@pytest.mark.parametrize(("lo", "hi"), [(0, 1000), (300, 700), (256, 512), (511, 513), (0, 256 * 3)])
+def test_blocked_repetition_reads_exactly_its_counts(lo: int, hi: int) -> None:
+    """A bound too large for one DFA is read in blocks (counted.blocked_repeat): every count from lo to hi
+    is accepted, with one- to four-byte characters and escapes, and no other count, at every block edge."""
+    vocab = Vocabulary([bytes([b]) for b in range(32, 127)] + [b"<eos>"], eos_token_ids=[95])
+    grammar = compile_json_schema({"type": "string", "minLength": lo, "maxLength": hi}, vocab)
+    assert max(_terminal_sizes(grammar)) <= MAX_FUSED_STATES
+    pieces = ["a", "é", "🎉", "\\n", "\\u00e9", "€"]
+    edges = {lo - 1, lo, lo + 1, hi - 1, hi, hi + 1} | {e + d for e in range(256, hi + 2, 256) for d in (-1, 0, 1)}
+    for count in sorted(n for n in edges if n >= 0):
+        text = ('"' + "".join(pieces[i % len(pieces)] for i in range(count)) + '"').encode()
+        m = grammar.matcher()
+        accepted = m.advance_bytes(text) and m.is_accepting()
+        assert accepted == (lo <= count <= hi), count
 
 
 def test_byte_lru_evicts_least_recently_used() -> None:
