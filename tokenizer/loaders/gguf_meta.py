@@ -86,7 +86,10 @@ def load_gguf(path: Path) -> TokenizerSpec:
 
     if kind == "gpt2":
         alphabet = set(BYTE_TO_CHAR)
-        spelled = [t if set(t) <= alphabet else bytes_to_alphabet(t.encode("utf-8")) for t in tokens]
+        if alphabet.issuperset("".join(tokens)):  # the rule: every token is spelled in the byte alphabet already
+            spelled = tokens
+        else:
+            spelled = [t if alphabet.issuperset(t) else bytes_to_alphabet(t.encode("utf-8")) for t in tokens]
         vocab = {t: i for i, t in enumerate(spelled)}
         merges = [merge_pair(m) for m in merges_raw or []]
         model = BPEModel.from_merges(vocab, merges)

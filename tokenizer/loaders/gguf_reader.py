@@ -1,10 +1,11 @@
 """The one GGUF parser: metadata, tensor descriptions, and zero-copy views of the tensor bytes (memory-mapped).
 
 The `gguf` package's GGUFReader builds a numpy view for every element of every metadata array, which for a
-49k-token vocabulary and its merges costs 5-12 s. This parser walks the header with struct over an mmap: long
+49k-token vocabulary and its merges costs seconds. This parser walks the header with struct over an mmap: long
 arrays are skipped by length unless the caller asks for them by key (the tokenizer asks for `tokenizer.*`);
-numeric arrays decode with one np.frombuffer, string arrays with one struct read per item. The `gguf` package
-still does the dequantization (gguf.quants); tests check this parser against GGUFReader.
+numeric arrays decode with one np.frombuffer, string arrays in one pass (gguf_strings.py), falling back to one
+read per item to name what is malformed. The `gguf` package still does the dequantization (gguf.quants); tests
+check this parser against GGUFReader.
 
 Layout (little-endian, versions 2 and 3): magic "GGUF", u32 version, u64 tensor count, u64 metadata count,
 metadata (string key, u32 type, value), tensor infos (string name, u32 n_dims, u64 dims (innermost first),
@@ -22,6 +23,8 @@ from typing import Any
 
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+from radixgen.tokenizer.loaders.gguf_strings import read_string_array, string_array_end
 
 
 class GGUFFormatError(ValueError):
@@ -62,7 +65,7 @@ class _Cursor:
     def unpack(self, fmt: str) -> Any:
         try:
             (value,) = struct.unpack_from(fmt, self.buf, self.pos)
-        except struct.error:
+        except (struct.error, OverflowError):  # past the end (a corrupt length can point past any offset)
             raise GGUFFormatError(f"{self.path}: truncated GGUF header (at byte {self.pos})") from None
         self.pos += struct.calcsize(fmt)
         return value
@@ -85,7 +88,11 @@ class _Cursor:
 
     def array(self, item_type: int, count: int) -> list:
         if item_type == _STRING:
-            return [self.string() for _ in range(count)]
+            fast = read_string_array(self.buf, self.pos, count)
+            if fast is None:  # malformed (the per-string reader says how) or unusual: one string at a time
+                return [self.string() for _ in range(count)]
+            self.pos = fast.end
+            return fast.strings
         fmt = _SCALARS.get(item_type)
         if fmt is None:
             raise GGUFFormatError(f"{self.path}: GGUF array of unsupported item type {item_type}")
@@ -98,6 +105,10 @@ class _Cursor:
 
     def skip_array(self, item_type: int, count: int) -> None:
         if item_type == _STRING:
+            end = string_array_end(self.buf, self.pos, count)
+            if end is not None:
+                self.pos = end
+                return
             for _ in range(count):
                 self.pos += 8 + self.unpack("<Q")
         elif item_type in _SCALARS:
