@@ -5,10 +5,20 @@ SGLang's routes, "not supported" 400s for SGLang fields radixgen lacks, and disc
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import glob
+import json
+import os
 import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
 
+import aiohttp
 import pytest
 from lang_engine_cache import shared_engine
+from test_server import _wait_idle as wait_idle
 from test_server import http, leave_a_stream_after_two_events, sse_events
 
 from radixgen.server.launch import BackgroundServer
@@ -153,18 +163,69 @@ def test_sglang_fields_radixgen_lacks_are_not_supported(server):
 
 
 # ------------------------------------------------------------------------------------------------ metrics
-def test_client_disconnect_is_counted_as_499(server):
-    leave_a_stream_after_two_events(server.url)
-    line = ""
-    for _ in range(400):  # the server notices the disconnect at its next write
-        text = http(server, "GET", "/metrics")[1]
-        line = next((ln for ln in text.splitlines()
-                     if ln.startswith('radixgen_http_requests_total{route="/generate",status="499"}')), "")
-        if line:
+def metric(server, series: str) -> float:
+    """The value of one series (`name{labels}`) in the server's /metrics; 0 when it has none yet."""
+    text = http(server, "GET", "/metrics")[1]
+    return next((float(ln.split()[-1]) for ln in text.splitlines() if ln.startswith(series + " ")), 0.0)
+
+
+def requests_total(route: str, status: int) -> str:
+    return f'radixgen_http_requests_total{{route="{route}",status="{status}"}}'
+
+
+CANCELLED_GENERATIONS = 'radixgen_generations_total{reason="cancelled"}'
+
+
+def wait_for_metric(server, series: str, at_least: float) -> float:
+    value = 0.0
+    for _ in range(400):  # the server notices the disconnect at its next write or read
+        value = metric(server, series)
+        if value >= at_least:
             break
         asyncio.run(asyncio.sleep(0.05))
-    assert float(line.split()[-1]) >= 1
-    assert 'radixgen_http_requests_total{route="/generate",status="500"}' not in text
+    return value
+
+
+def test_client_disconnect_is_counted_as_499(server):
+    cancelled = metric(server, CANCELLED_GENERATIONS)
+    leave_a_stream_after_two_events(server.url)
+    assert wait_for_metric(server, requests_total("/generate", 499), 1) >= 1
+    assert metric(server, requests_total("/generate", 500)) == 0
+    assert wait_for_metric(server, CANCELLED_GENERATIONS, cancelled + 1) == cancelled + 1
+
+
+def leave_a_request_while_it_runs(url: str, engine, path: str, body: dict) -> None:
+    """Send a non-streamed request, wait until the engine runs it, then close the connection unanswered."""
+    async def send_and_leave():
+        async with aiohttp.ClientSession() as session:
+            pending = asyncio.ensure_future(session.post(url + path, json=body))
+            while not engine.get_stats()["running"]:
+                assert not pending.done(), "the request ended before the engine ran it"
+                await asyncio.sleep(0.02)
+            pending.cancel()  # closes the connection before the answer
+            with contextlib.suppress(asyncio.CancelledError):
+                await pending
+
+    asyncio.run(send_and_leave())
+
+
+LONG = {"max_new_tokens": 400, "ignore_eos": True, **GREEDY}
+
+
+@pytest.mark.parametrize(("path", "body"), [
+    ("/generate", {"text": "Count forever:", "sampling_params": LONG}),
+    ("/v1/completions", {"prompt": "Count forever:", "max_tokens": 400, "ignore_eos": True, **GREEDY}),
+])
+def test_non_streamed_client_disconnect_is_counted_as_499(server, engine, path, body):
+    before = {status: metric(server, requests_total(path, status)) for status in (200, 499, 500)}
+    cancelled = metric(server, CANCELLED_GENERATIONS)
+    leave_a_request_while_it_runs(server.url, engine, path, body)
+    assert wait_for_metric(server, requests_total(path, 499), before[499] + 1) == before[499] + 1
+    assert wait_for_metric(server, CANCELLED_GENERATIONS, cancelled + 1) == cancelled + 1
+    assert {status: metric(server, requests_total(path, status)) for status in (200, 500)} == \
+        {200: before[200], 500: before[500]}
+    stats = wait_idle(engine)
+    assert stats["kv_slots_free"] + stats["kv_slots_cached"] == stats["kv_slots_total"]  # no slot leaked
 
 
 # ------------------------------------------------------------------------------------------------ SGLang's client
@@ -172,7 +233,7 @@ def test_client_disconnect_is_counted_as_499(server):
 SGLANG_WHEELS = {"0.4.10.post2": ("RADIXGEN_SGLANG_WHEEL", "/tmp/sgl/sglang-0.4.10.post2-*.whl"),
                  "0.5": ("RADIXGEN_SGLANG5_WHEEL", "/tmp/sgl5/sglang-0.5.*.whl")}
 SGLANG_MODULES = ("sglang/__init__.py", "sglang/api.py", "sglang/version.py", "sglang/global_config.py",
-                  "sglang/utils.py")
+                  "sglang/utils.py", "sglang/test/__init__.py", "sglang/test/test_programs.py")
 SGLANG_CLIENT = '''
 import json, sys
 import sglang as sgl
@@ -208,17 +269,9 @@ STUBS = {  # the two modules sglang/utils.py imports that the frontend never use
 }
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("version", sorted(SGLANG_WHEELS))
-def test_sglang_runtime_endpoint_runs_gen_select_stream_join(server, tmp_path, version):
-    """SGLang's own frontend (from its wheel, unzipped into a temp dir; nothing installed) as a client."""
-    import glob
-    import json
-    import os
-    import subprocess
-    import sys
-    import zipfile
-
+def sglang_frontend_env(version: str, dest: Path) -> dict[str, str]:
+    """The environment of a subprocess that imports sglang `version`'s frontend, unzipped from its wheel into
+    `dest` (nothing installed); a test failure naming the wheel when it is missing."""
     variable, pattern = SGLANG_WHEELS[version]
     wheels = [os.environ[variable]] if os.environ.get(variable) else sorted(glob.glob(pattern))
     if not wheels:
@@ -226,17 +279,28 @@ def test_sglang_runtime_endpoint_runs_gen_select_stream_join(server, tmp_path, v
                     f"or its path in {variable}")
     with zipfile.ZipFile(wheels[-1]) as wheel:
         members = [n for n in wheel.namelist() if n.startswith("sglang/lang/") or n in SGLANG_MODULES]
-        wheel.extractall(tmp_path, members)
+        wheel.extractall(dest, members)
     for name, text in STUBS.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
-    script = tmp_path / "client.py"
-    script.write_text(SGLANG_CLIENT)
-    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-    done = subprocess.run([sys.executable, str(script), server.url], env=env, capture_output=True, text=True,
-                          timeout=900)
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
+        (dest / name).write_text(text)
+    return {**os.environ, "PYTHONPATH": str(dest)}
+
+
+def run_client(script: str, env: dict[str, str], *args: str) -> dict:
+    """Run `script` in a subprocess and return the JSON object it printed last."""
+    path = Path(env["PYTHONPATH"]) / "client.py"
+    path.write_text(script)
+    done = subprocess.run([sys.executable, str(path), *args], env=env, capture_output=True, text=True,
+                          timeout=1800)
     assert done.returncode == 0, done.stderr[-3000:]
-    out = json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", sorted(SGLANG_WHEELS))
+def test_sglang_runtime_endpoint_runs_gen_select_stream_join(server, tmp_path, version):
+    """SGLang's own frontend (from its wheel, unzipped into a temp dir; nothing installed) as a client."""
+    out = run_client(SGLANG_CLIENT, sglang_frontend_env(version, tmp_path), server.url)
     assert out["answer"] and out["verdict"] in ("yes", "no")
     assert out["streamed_text"] == out["text"] and out["pieces"] == out["text"]  # streamed == non-streamed
     assert out["joined"].startswith("Two colours: colour 0:") and " colour 1:" in out["joined"]

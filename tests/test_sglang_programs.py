@@ -1,49 +1,30 @@
-"""SGLang's own frontend test programs (`sglang/test/test_programs.py` of the sglang 0.4.10.post2 wheel, a dev
-dependency) run against `import radixgen as sgl` in process, on the default model through an Engine backend.
+"""SGLang's own frontend test programs (`sglang/test/test_programs.py`, see sglang_programs.py) run against
+`import radixgen as sgl` in process, on the default model through an Engine backend.
 
 The module's `sgl` is replaced by radixgen, so each function's `sgl.function`, `sgl.gen`, `sgl.select` ... are
 ours. Every function that needs no image and no download runs, with `check_answer=False` where it has that
-flag; the few that need an image, a download or SGLang-only machinery are listed in SKIPPED with the reason
-(docs/language.md's compatibility table says the same). Gens are capped at MAX_TOKENS tokens to keep it quick.
+flag; the few that need an image, a download or SGLang-only machinery are in sglang_programs.SKIPPED with the
+reason (docs/language.md's compatibility table says the same). Gens are capped at MAX_TOKENS tokens to keep it
+quick.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
 from lang_engine_cache import shared_engine
+from sglang_programs import SKIPPED, WRONG_ANSWERS, programs, run_program, selected
 
 import radixgen
 from radixgen.lang.backend import Backend, GenResult, SelectRequest, SelectResult, StreamDelta
 from radixgen.lang.chat_template import RoleTemplate
 from radixgen.lang.spec import GenSpec
 
-programs = pytest.importorskip("sglang.test.test_programs", reason="the sglang frontend (dev extra) is missing")
-
-SKIPPED = {
-    "test_image_qa": "needs an image (radixgen runs text-only models; sgl.image refuses)",
-    "test_hellaswag_select": "downloads a data set",
-    "test_gen_min_new_tokens": "needs SGLang's runtime (sglang.srt) for its tokenizer",
-    "test_completion_speculative": "API speculative execution (num_api_spec_tokens) for OpenAI backends only",
-}
 MAX_TOKENS = 24  # every gen's budget is capped at this, so the programs' 128- and 512-token gens stay quick
-# These assert answers the default 135M model gets wrong ("New York", "24000...", "linux"): an AssertionError
-# is expected of them; any other error (an idiom radixgen refuses) still fails.
-WRONG_ANSWERS = {"test_few_shot_qa", "test_decode_int", "test_react"}
-
-
-def _param(name: str) -> Any:
-    wrong = pytest.mark.xfail(raises=AssertionError, strict=False,
-                              reason="asserts an answer the default 135M model gets wrong")
-    return pytest.param(name, marks=[wrong] if name in WRONG_ANSWERS else [], id=name)
-
-
-SELECTED = sorted(name for name, fn in vars(programs).items()
-                  if name.startswith("test_") and inspect.isfunction(fn) and name not in SKIPPED)
+SELECTED = selected(SKIPPED)
 
 
 class CappedBackend(Backend):
@@ -95,13 +76,10 @@ def as_sgl(default_model_path):
 
 
 def test_every_program_is_selected_or_skipped_for_a_reason():
-    names = {name for name in vars(programs) if name.startswith("test_")}
-    assert names.issuperset(SKIPPED) and names.issuperset(WRONG_ANSWERS)
+    assert set(WRONG_ANSWERS) <= set(SELECTED)
     assert len(SELECTED) == 15  # of the 19 functions in 0.4.10.post2
 
 
-@pytest.mark.parametrize("name", [_param(name) for name in SELECTED])
+@pytest.mark.parametrize("name", SELECTED)
 def test_sglang_program(as_sgl, name):
-    fn = getattr(as_sgl, name)
-    kwargs = {"check_answer": False} if "check_answer" in inspect.signature(fn).parameters else {}
-    fn(**kwargs)
+    run_program(as_sgl, name)

@@ -26,6 +26,7 @@ from radixgen.server.metrics import ServerMetrics
 log = logging.getLogger("radixgen.server")
 
 ABORTED_BY_REQUEST = "aborted by request"
+CANCELLED = "cancelled"  # the metrics' finish reason of a generation whose client left before its end
 MAX_SUB_REQUESTS = 1024  # prompts x samples of one HTTP request
 
 
@@ -130,7 +131,8 @@ class Generation:
                         self._finished(index, chunk["meta_info"], now - t0)
                     self.queue.put_nowait((index, chunk))
         except asyncio.CancelledError:
-            if not self.aborted:
+            if not self.aborted:  # the client left (or the server is stopping): counted, then cancelled
+                self._cancelled(index, produced, time.perf_counter() - t0)
                 raise
             meta = self._abort_meta(index, produced, time.perf_counter() - t0)
             self._finished(index, meta, meta["e2e_latency"])
@@ -151,6 +153,11 @@ class Generation:
                 "completion_tokens": produced, "cached_tokens": 0,
                 "finish_reason": {"type": "abort", "matched": None, "message": ABORTED_BY_REQUEST},
                 "e2e_latency": latency}
+
+    def _cancelled(self, index: int, produced: int, latency: float) -> None:
+        """Count a sub-request cancelled before its end under finish reason CANCELLED."""
+        if index not in self.metas:
+            self.metrics.observe_generation(len(self.subs[index].input_ids), produced, 0, CANCELLED, latency)
 
     def _finished(self, index: int, meta: dict, latency: float) -> None:
         self.metas[index] = meta
@@ -205,7 +212,7 @@ class Generation:
         if not self.tasks:
             return
         metas = list(self.metas.values())
-        reasons = sorted({(m.get("finish_reason") or {}).get("type", "?") for m in metas}) or ["cancelled"]
+        reasons = sorted({(m.get("finish_reason") or {}).get("type", "?") for m in metas}) or [CANCELLED]
         log.info("request %s: %d sub-request(s), prompt=%d completion=%d cached=%d latency=%.3fs finish=%s",
                  self.rid, len(self.subs), sum(len(s.input_ids) for s in self.subs),
                  sum(m.get("completion_tokens", 0) for m in metas), sum(m.get("cached_tokens", 0) for m in metas),

@@ -20,12 +20,13 @@ class ServerMetrics:
         r = self.registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter("radixgen_http_requests", "HTTP requests by route and status code",
                                 ["route", "status"], registry=r)
-        self.prompt_tokens = Counter("radixgen_prompt_tokens", "prompt tokens of finished generations", registry=r)
+        self.prompt_tokens = Counter("radixgen_prompt_tokens", "prompt tokens of ended generations", registry=r)
         self.generated_tokens = Counter("radixgen_generated_tokens", "tokens generated", registry=r)
         self.cached_tokens = Counter("radixgen_cached_prompt_tokens",
                                      "prompt tokens served from the radix cache", registry=r)
-        self.generations = Counter("radixgen_generations", "finished generations by finish reason", ["reason"],
-                                   registry=r)
+        self.generations = Counter("radixgen_generations",
+                                   "ended generations by finish reason (cancelled: the client left first)",
+                                   ["reason"], registry=r)
         self.ttft = Histogram("radixgen_time_to_first_token_seconds",
                               "time from submitting a generation to its first token", buckets=_LATENCY_BUCKETS,
                               registry=r)
