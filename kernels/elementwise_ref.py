@@ -53,10 +53,15 @@ def apply_token_bitmask_reference(logits: torch.Tensor, bitmask: torch.Tensor,
     `indices`, when given, names the logits rows the bitmask rows apply to (other rows untouched).
     """
     vocab = logits.shape[-1]
-    bits = torch.arange(32, device=bitmask.device, dtype=torch.int32)
-    allowed = ((bitmask[..., None] >> bits) & 1).bool().flatten(-2)[..., :vocab]
+    # Unpack through a byte -> 8 bits table: bytes are little-endian within each word, so bit v is bit v % 8 of
+    # byte v // 8 (one gather, instead of 32 shifts of every word).
+    table = ((torch.arange(256, device=bitmask.device)[:, None] >> torch.arange(8, device=bitmask.device)) & 1).bool()
+    allowed = table[bitmask.contiguous().view(torch.uint8).long()].flatten(-2)[..., :vocab]
     if allowed.shape[-1] < vocab:
-        pad = torch.zeros(*allowed.shape[:-1], vocab - allowed.shape[-1], dtype=torch.bool, device=allowed.device)
-        allowed = torch.cat([allowed, pad], dim=-1)
-    rows = indices.long() if indices is not None else torch.arange(logits.shape[0], device=logits.device)
-    logits[rows] = logits[rows].masked_fill(~allowed.to(logits.device), float("-inf"))
+        allowed = torch.nn.functional.pad(allowed, (0, vocab - allowed.shape[-1]))
+    allowed = allowed.to(logits.device)
+    if indices is None:
+        logits.masked_fill_(~allowed, float("-inf"))
+        return
+    rows = indices.long()
+    logits[rows] = logits[rows].masked_fill(~allowed, float("-inf"))

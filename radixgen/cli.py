@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from types import FrameType
 
+from radixgen.grammars.backend import GRAMMAR_BACKENDS
 from radixgen.runtime.errors import RadixgenError
 
 EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130, the shell's code for a process ended by Ctrl-C
@@ -78,6 +79,9 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", help="auto | cpu | cuda")
     p.add_argument("--threads", dest="cpu_threads", type=int, default=None,
                    help="torch threads of a CPU engine (default: one per core; fewer on a busy machine)")
+    p.add_argument("--grammar-backend", default="radixgen", choices=GRAMMAR_BACKENDS,
+                   help="the engine that enforces constraints (xgrammar and llguidance through their extras, "
+                        "pip install 'radixgen[xgrammar]')")
 
 
 def check_engine_arguments(args: argparse.Namespace) -> None:
@@ -117,7 +121,8 @@ def _run_generate(args: argparse.Namespace) -> int:
     print(f"radixgen: loading {args.model or 'the default model'} ...", file=sys.stderr, flush=True)
     # The engine fetches the default model on first use (with a progress line) when --model is not given.
     with Engine(args.model, tokenizer_path=args.tokenizer_path, device=args.device, dtype=args.dtype,
-                cpu_threads=args.cpu_threads, max_running_requests=4, cuda_graph=False) as engine:
+                cpu_threads=args.cpu_threads, grammar_backend=args.grammar_backend, max_running_requests=4,
+                cuda_graph=False) as engine:
         ids = _prompt_ids(engine.tokenizer, args.prompt, args.raw)
         params: dict[str, float | int] = {"max_new_tokens": args.max_new_tokens, "temperature": args.temperature}
         if args.temperature > 0:

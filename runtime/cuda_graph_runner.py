@@ -4,6 +4,11 @@ A decode step of a large model is hundreds of small kernel launches; at small ba
 as fast as the GPU runs them. Capturing the whole decode forward once per bucket (1, 2, 4, 8, 16, 24, 32, 48,
 64, 80, ... up to `max_bs`) and replaying it costs one launch per step.
 
+Decode steps in which some requests append several tokens (a grammar's forced text, jump-forward) would leave
+the graphs for an eager step, which costs several decode steps' time; with `row_tokens` the runner also
+captures, per bucket, forwards of rows of up to k new tokens each (k in row_tokens), every row through the
+extend kernel, one logits row per request.
+
 A graph replays with fixed tensor addresses, so every input lives in a static buffer of `max_bs` rows. A batch
 of `n` requests runs in the smallest bucket >= n: its rows are copied into rows [0, n) and rows [n, bucket)
 are padding, which
@@ -28,6 +33,7 @@ capture itself is tested without CUDA.
 from __future__ import annotations
 
 import bisect
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -51,10 +57,15 @@ def graph_batch_sizes(max_bs: int) -> list[int]:
 
 class CudaGraphRunner:
     """Captures `forward` (batch -> fp32 logits: the model, its KV pool and its attention plan) of a decode batch
-    per bucket at construction; `replay(batch)` runs a decode batch."""
+    per bucket at construction; `replay(batch)` runs a decode batch.
+
+    With `row_tokens` (e.g. (2, 4, 8)) it also captures, per bucket and per k in it, a forward of rows of up to k
+    new tokens each, one logits row per request (a decode step in which some requests append forced tokens):
+    `short_rows(batch)` says which k takes a batch, `replay_short(batch, k)` runs it. Its tokens sit packed at
+    the front of the token buffers, padding tokens after them; a padding request has no tokens."""
 
     def __init__(self, forward: Callable[[ForwardBatch], torch.Tensor], req_to_token: torch.Tensor, max_bs: int,
-                 max_context: int, use_graphs: bool | None = None) -> None:
+                 max_context: int, use_graphs: bool | None = None, row_tokens: tuple[int, ...] = ()) -> None:
         self.forward = forward
         self.req_to_token = req_to_token
         self.max_context = max_context
@@ -62,22 +73,41 @@ class CudaGraphRunner:
         self.use_graphs = self.device.type == "cuda" if use_graphs is None else use_graphs
         if self.use_graphs and self.device.type != "cuda":
             raise ValueError("CUDA graphs need the model on a CUDA device")
+        if any(k < 2 for k in row_tokens):
+            raise ValueError(f"multi-token graph rows hold at least 2 tokens, got {row_tokens}")
         self.batch_sizes = graph_batch_sizes(max_bs)
         self.max_bs = self.batch_sizes[-1]
+        self.row_tokens = tuple(sorted(set(row_tokens)))
         n, dev = self.max_bs, self.device
-        self.input_ids = torch.zeros(n, dtype=torch.int64, device=dev)
-        self.positions = torch.zeros(n, dtype=torch.int64, device=dev)
-        self.out_cache_loc = torch.full((n,), PADDING_SLOT, dtype=torch.int64, device=dev)
+        tokens = n * max(self.row_tokens, default=1)
+        self.input_ids = torch.zeros(tokens, dtype=torch.int64, device=dev)
+        self.positions = torch.zeros(tokens, dtype=torch.int64, device=dev)
+        self.out_cache_loc = torch.full((tokens,), PADDING_SLOT, dtype=torch.int64, device=dev)
         self.req_pool_indices = torch.zeros(n, dtype=torch.int64, device=dev)
         self.prefix_lens = torch.zeros(n, dtype=torch.int32, device=dev)
         self.seq_lens = torch.zeros(n, dtype=torch.int32, device=dev)
         self.extend_lens = torch.ones(n, dtype=torch.int32, device=dev)  # never changes: one token per row
         self.extend_start_loc = torch.arange(n, dtype=torch.int32, device=dev)  # never changes
+        # The multi-token graphs' rows: tokens of each request (0 for padding), its first token, its logits row.
+        self.row_lens = torch.zeros(n, dtype=torch.int32, device=dev)
+        self.row_starts = torch.zeros(n, dtype=torch.int32, device=dev)
+        self.logits_rows = torch.zeros(n, dtype=torch.int64, device=dev)
         self._live_rows = 0
+        self._live_tokens = 0
         self.replays = 0  # decode steps served (a count for stats and tests)
+        self.short_replays = 0  # multi-token steps served
         self.batches = {bs: self._static_batch(bs) for bs in self.batch_sizes}
+        self.short_batches = {(bs, k): self._static_short_batch(bs, k) for bs in self.batch_sizes
+                              for k in self.row_tokens}
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.outputs: dict[int, torch.Tensor] = {}
+        self.short_graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
+        self.short_outputs: dict[tuple[int, int], torch.Tensor] = {}
+        # Seconds of one eager decode forward per bucket, and of one replay per graph, timed at capture: what a
+        # step costs inside and outside the graphs (the engine's jump-forward policy weighs it).
+        self.eager_seconds: dict[int, float] = {}
+        self.replay_seconds: dict[int, float] = {}
+        self.short_replay_seconds: dict[tuple[int, int], float] = {}
         if self.use_graphs:
             self._capture_all()
 
@@ -91,32 +121,72 @@ class CudaGraphRunner:
             max_extend_len=1, max_seq_len=self.max_context, num_decode_rows=bs,
         )
 
+    def _static_short_batch(self, bs: int, k: int) -> ForwardBatch:
+        """The ForwardBatch of bucket `bs` with up to `k` tokens per request (every row through the extend
+        kernel, whose grid the fixed k and bs size)."""
+        t = bs * k
+        return ForwardBatch(
+            mode=ForwardMode.EXTEND, input_ids=self.input_ids[:t], positions=self.positions[:t],
+            out_cache_loc=self.out_cache_loc[:t], req_pool_indices=self.req_pool_indices[:bs],
+            req_to_token=self.req_to_token, prefix_lens=self.prefix_lens[:bs], extend_lens=self.row_lens[:bs],
+            seq_lens=self.seq_lens[:bs], extend_start_loc=self.row_starts[:bs], logits_indices=self.logits_rows[:bs],
+            max_extend_len=k, max_seq_len=self.max_context, num_decode_rows=0,
+        )
+
     def _forward(self, bs: int) -> torch.Tensor:
         """The decode forward of bucket `bs` over the static buffers, the attention plan included."""
         return self.forward(self.batches[bs])
 
+    def _short_forward(self, key: tuple[int, int]) -> torch.Tensor:
+        return self.forward(self.short_batches[key])
+
     @torch.inference_mode()
     def _capture_all(self) -> None:
         """Capture the largest bucket first, all graphs sharing one memory pool (a smaller graph's activations
-        fit in the blocks the larger one freed)."""
+        fit in the blocks the larger one freed); the multi-token graphs, larger still, before the decode ones."""
         start = time.perf_counter()
-        pool = torch.cuda.graph_pool_handle()
+        self._graph_pool = torch.cuda.graph_pool_handle()
         stream = torch.cuda.Stream(device=self.device)
+        for key in sorted(self.short_batches, key=lambda bk: -bk[0] * bk[1]):
+            run = functools.partial(self._short_forward, key)
+            self.short_outputs[key], self.short_graphs[key], _, self.short_replay_seconds[key] = (
+                self._capture(run, stream))
         for bs in reversed(self.batch_sizes):
-            # Warm-up outside the capture: compiles the Triton kernels, settles the allocator. With every row
-            # padding it writes only the reserved slot.
-            stream.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(stream):
-                for _ in range(2):
-                    self._forward(bs)
-            torch.cuda.current_stream(self.device).wait_stream(stream)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool, stream=stream):
-                self.outputs[bs] = self._forward(bs)
-            self.graphs[bs] = graph
+            run = functools.partial(self._forward, bs)
+            self.outputs[bs], self.graphs[bs], self.eager_seconds[bs], self.replay_seconds[bs] = (
+                self._capture(run, stream))
         torch.cuda.synchronize(self.device)
-        log.info("captured %d decode CUDA graphs (batch %d..%d) in %.1f s", len(self.graphs), self.batch_sizes[0],
-                 self.max_bs, time.perf_counter() - start)
+        log.info("captured %d decode and %d multi-token CUDA graphs (batch %d..%d) in %.1f s", len(self.graphs),
+                 len(self.short_graphs), self.batch_sizes[0], self.max_bs, time.perf_counter() - start)
+
+    def _capture(self, run: Callable[[], torch.Tensor],
+                 stream: torch.cuda.Stream) -> tuple[torch.Tensor, torch.cuda.CUDAGraph, float, float]:
+        """Warm `run` up on `stream` (Triton compiles, the allocator settles; padding rows write only the reserved
+        slot), capture it, and time it: (the graph's output, the graph, seconds eagerly, seconds per replay)."""
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(stream):
+            run()
+            eager = _timed(run, self.device)
+        torch.cuda.current_stream(self.device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._graph_pool, stream=stream):
+            out = run()
+        graph.replay()
+        return out, graph, eager, _timed(graph.replay, self.device)
+
+    def step_cost(self, batch_size: int, row_tokens: int) -> float:
+        """A step of `batch_size` requests in which some append up to `row_tokens` tokens (the rest one), in
+        decode steps' time: that of the multi-token graph taking it, else that of an eager forward. 1 where
+        nothing was timed (no graphs: every step is eager)."""
+        bs = self.bucket(min(batch_size, self.max_bs))
+        replay = self.replay_seconds.get(bs)
+        if not replay:
+            return 1.0
+        k = next((k for k in self.row_tokens if k >= row_tokens), None)
+        cost = self.short_replay_seconds.get((bs, k)) if k is not None else None
+        if cost is None:
+            cost = self.eager_seconds.get(bs, replay)
+        return max(1.0, cost / replay)
 
     def bucket(self, batch_size: int) -> int:
         """The smallest captured batch size >= batch_size."""
@@ -130,20 +200,23 @@ class CudaGraphRunner:
                 and batch.req_to_token is self.req_to_token and batch.max_seq_len <= self.max_context
                 and (batch.logits_indices is None or batch.logits_indices.shape[0] == n))
 
+    def short_rows(self, batch: ForwardBatch) -> int | None:
+        """The k of the multi-token graph that runs this batch (its requests' new tokens at most k each, one
+        logits row per request, its first token's first), or None."""
+        n = batch.batch_size
+        if not (self.row_tokens and batch.mode is ForwardMode.EXTEND and 0 < n <= self.max_bs
+                and batch.req_to_token is self.req_to_token and batch.max_seq_len <= self.max_context
+                and (batch.logits_indices is None or batch.logits_indices.shape[0] == n)):
+            return None
+        return next((k for k in self.row_tokens if k >= batch.max_extend_len), None)
+
     @torch.inference_mode()
     def replay(self, batch: ForwardBatch) -> torch.Tensor:
         """Run a decode batch (`can_run` must hold): fp32 logits [batch_size, vocab], a fresh tensor."""
         n = batch.batch_size
         bs = self.bucket(n)
-        self.input_ids[:n].copy_(batch.input_ids)
-        self.positions[:n].copy_(batch.positions)
-        self.out_cache_loc[:n].copy_(batch.out_cache_loc)
-        self.req_pool_indices[:n].copy_(batch.req_pool_indices)
-        self.prefix_lens[:n].copy_(batch.prefix_lens)
-        self.seq_lens[:n].copy_(batch.seq_lens)
-        if self._live_rows > n:  # rows a larger earlier batch used become padding again
-            self._pad_rows(n, self._live_rows)
-        self._live_rows = n
+        self._set_tokens(batch)
+        self._set_rows(batch)
         self.replays += 1
         if self.use_graphs:
             self.graphs[bs].replay()
@@ -153,10 +226,60 @@ class CudaGraphRunner:
         # A copy: the graph's output buffer is overwritten by the next replay.
         return logits[:n].clone()
 
+    @torch.inference_mode()
+    def replay_short(self, batch: ForwardBatch, k: int) -> torch.Tensor:
+        """Run a batch `short_rows` gave `k` for: fp32 logits [batch_size, vocab] of each request's logits row."""
+        n = batch.batch_size
+        key = (self.bucket(n), k)
+        self._set_tokens(batch)
+        self._set_rows(batch)
+        self.row_lens[:n].copy_(batch.extend_lens)
+        self.row_starts[:n].copy_(batch.extend_start_loc)
+        self.logits_rows[:n].copy_(batch.logits_indices if batch.logits_indices is not None
+                                   else batch.last_token_indices())
+        self.short_replays += 1
+        if self.use_graphs:
+            self.short_graphs[key].replay()
+            logits = self.short_outputs[key]
+        else:
+            logits = self._short_forward(key)
+        return logits[:n].clone()
+
+    def _set_tokens(self, batch: ForwardBatch) -> None:
+        """Tokens [0, T) from the batch; tokens a larger earlier batch used become padding again."""
+        t = batch.num_tokens
+        self.input_ids[:t].copy_(batch.input_ids)
+        self.positions[:t].copy_(batch.positions)
+        self.out_cache_loc[:t].copy_(batch.out_cache_loc)
+        if self._live_tokens > t:
+            self.input_ids[t : self._live_tokens].zero_()
+            self.positions[t : self._live_tokens].zero_()
+            self.out_cache_loc[t : self._live_tokens].fill_(PADDING_SLOT)
+        self._live_tokens = t
+
+    def _set_rows(self, batch: ForwardBatch) -> None:
+        """Requests [0, n) from the batch; requests a larger earlier batch used become padding again."""
+        n = batch.batch_size
+        self.req_pool_indices[:n].copy_(batch.req_pool_indices)
+        self.prefix_lens[:n].copy_(batch.prefix_lens)
+        self.seq_lens[:n].copy_(batch.seq_lens)
+        if self._live_rows > n:
+            self._pad_rows(n, self._live_rows)
+        self._live_rows = n
+
     def _pad_rows(self, lo: int, hi: int) -> None:
-        self.input_ids[lo:hi].zero_()
-        self.positions[lo:hi].zero_()
-        self.out_cache_loc[lo:hi].fill_(PADDING_SLOT)
         self.req_pool_indices[lo:hi].zero_()
         self.prefix_lens[lo:hi].zero_()
         self.seq_lens[lo:hi].zero_()
+        self.row_lens[lo:hi].zero_()
+        self.row_starts[lo:hi].zero_()
+        self.logits_rows[lo:hi].zero_()
+
+
+def _timed(run: Callable[[], object], device: torch.device) -> float:
+    """Seconds of one `run()` on the current stream, from idle to done."""
+    torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    run()
+    torch.cuda.synchronize(device)
+    return time.perf_counter() - start

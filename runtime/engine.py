@@ -29,7 +29,7 @@ from radixgen.runtime.sampling_params import SamplingParams
 from radixgen.runtime.tokenizer_fit import check_tokenizer_fits
 
 if TYPE_CHECKING:
-    from radixgen.grammars import Grammar
+    from radixgen.grammars.backend import CompiledGrammar
 
 # One prompt's sampling options: a SamplingParams, or its SGLang-shaped dict (None: every default).
 SamplingParamsArg = SamplingParams | dict[str, Any] | None
@@ -82,11 +82,14 @@ class Engine:
     """An in-process engine. `Engine(model_path=None, **options)`; options are EngineConfig's fields."""
 
     def __init__(self, model_path: str | None = None, **options: Any) -> None:
+        from radixgen.grammars.backend import grammar_backend_factory
         from radixgen.runtime.engine_core import EngineCore
         from radixgen.runtime.model_runner import ModelRunner, resolve_device_dtype
 
         self.config = EngineConfig.from_options(model_path, **options)
         logging.getLogger("radixgen").setLevel(self.config.log_level.upper())
+        # A grammar backend whose package is missing is refused here, before the model loads.
+        make_grammar_backend = grammar_backend_factory(self.config.grammar_backend)
 
         def build() -> None:
             self.runner = ModelRunner(self.config)
@@ -94,6 +97,8 @@ class Engine:
             self.tokenizer = load_tokenizer(self.config.tokenizer_path or self.runner.model_path)
             check_tokenizer_fits(self.model_config.vocab_size, self.tokenizer.vocab_size, self.config.load_format)
             self.vocab = self._build_vocabulary()
+            self.grammar_backend = make_grammar_backend(
+                self.vocab, functools.partial(self.tokenizer.encode, add_special_tokens=False))
             self.core = EngineCore(self.config, self.runner, self.tokenizer, self.vocab)
 
         device, _ = resolve_device_dtype(self.config.device, self.config.dtype)
@@ -117,9 +122,10 @@ class Engine:
         return self.core.max_context
 
     def _build_vocabulary(self):
-        from radixgen.runtime.constraints import build_vocabulary
+        from radixgen.runtime.constraints import build_vocabulary, grammar_disk_cache
 
-        return build_vocabulary(self.tokenizer)
+        cache = grammar_disk_cache(self.config.disable_grammar_disk_cache)
+        return build_vocabulary(self.tokenizer, grammar_cache=cache)
 
     # -------------------------------------------------------------- building
     def _prepare(self, prompt: Any, input_ids: Any,
@@ -169,16 +175,16 @@ class Engine:
                 reqs.append(req)
         return reqs, batched or params_list[0].n > 1
 
-    def _compile(self, params: SamplingParams) -> Grammar | None:
+    def _compile(self, params: SamplingParams) -> CompiledGrammar | None:
         constraint = params.constraint
         if constraint is None:
             return None
         from radixgen.runtime.constraints import compile_request_constraint
 
-        return compile_request_constraint(constraint, self.vocab)
+        return compile_request_constraint(constraint, self.grammar_backend)
 
-    def _make_req(self, ids: np.ndarray, params: SamplingParams, grammar: Grammar | None, return_logprob: bool,
-                  top_logprobs_num: int, logprob_start_len: int | None, rid: Any) -> Req:
+    def _make_req(self, ids: np.ndarray, params: SamplingParams, grammar: CompiledGrammar | None,
+                  return_logprob: bool, top_logprobs_num: int, logprob_start_len: int | None, rid: Any) -> Req:
         from radixgen.runtime.stop_checker import StopChecker
 
         rid = str(rid) if rid is not None and not isinstance(rid, (list, tuple)) else uuid.uuid4().hex

@@ -27,10 +27,16 @@ class EngineConfig:
     # GPU path.
     cuda_graph: bool = True
     cuda_graph_max_bs: int = 256
+    # Also capture graphs of rows of up to 2, 4, ... this many new tokens (jump-forward's forced tokens) per
+    # request; below 2: none (such steps then run eagerly).
+    cuda_graph_max_row_tokens: int = 8
     # Misc.
     random_seed: int = 0
     dummy_config: dict | None = None  # model config for load_format="dummy" without a model folder
     enable_jump_forward: bool = True
+    grammar_backend: str = "radixgen"  # radixgen | xgrammar | llguidance (the last two through their extras)
+    # Compiled grammars are kept under <cache dir>/grammars for later processes (also off: RADIXGEN_GRAMMAR_CACHE=0).
+    disable_grammar_disk_cache: bool = False
     # Launch each decode step before delivering the previous step's tokens (host work overlaps the forward).
     disable_overlap_schedule: bool = False
     log_level: str = "warning"
@@ -55,6 +61,10 @@ class EngineConfig:
             raise ValueError(f"mem_fraction must be in (0, 1], got {self.mem_fraction}")
         if self.cpu_threads is not None and self.cpu_threads < 1:
             raise ValueError(f"cpu_threads must be >= 1, got {self.cpu_threads}")
+        if not isinstance(self.disable_grammar_disk_cache, bool):
+            raise ValueError(f"disable_grammar_disk_cache must be a bool, got {self.disable_grammar_disk_cache!r}")
+        if self.grammar_backend not in ("radixgen", "xgrammar", "llguidance"):
+            raise ValueError(f"grammar_backend must be radixgen|xgrammar|llguidance, got {self.grammar_backend!r}")
         if self.page_size < 1:
             raise ValueError(f"page_size must be >= 1, got {self.page_size}")
         if self.max_running_requests < 1:

@@ -11,7 +11,6 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -21,8 +20,10 @@ from radixgen.grammars import bitmask_words
 from radixgen.radix import PrefixCache
 from radixgen.runtime.batch_builder import LogitRows, build_forward_batch
 from radixgen.runtime.engine_config import EngineConfig
+from radixgen.runtime.engine_counters import EngineCounters, StepTimes
 from radixgen.runtime.forward_batch import host_to_device
 from radixgen.runtime.logprobs import token_logprobs
+from radixgen.runtime.mask_staging import MaskStaging
 from radixgen.runtime.outputs import (
     AbortFinish,
     FinishReason,
@@ -38,7 +39,8 @@ from radixgen.runtime.sampling_batch import SamplingBatch
 from radixgen.runtime.scheduler import ScheduleBatch, Scheduler, SchedulerLimits
 
 if TYPE_CHECKING:
-    from radixgen.grammars import Matcher, Vocabulary
+    from radixgen.grammars import Vocabulary
+    from radixgen.grammars.backend import GrammarMatcher
     from radixgen.runtime.forward_batch import ForwardBatch
     from radixgen.runtime.model_runner import ModelRunner
     from radixgen.tokenizer import Tokenizer
@@ -46,28 +48,6 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 log = logging.getLogger("radixgen.engine")
-
-
-@dataclass
-class EngineCounters:
-    """Monotonic counts since start (or the last flush for the cache ones)."""
-
-    steps: int = 0
-    decode_steps: int = 0
-    overlapped_steps: int = 0  # steps launched before the previous step's tokens were delivered
-    forward_tokens: int = 0  # tokens that went through the model
-    prompt_tokens: int = 0
-    cached_tokens: int = 0
-    generated_tokens: int = 0
-    jump_forward_tokens: int = 0
-    finished: int = 0
-    aborted: int = 0
-    preemptions: int = 0
-    # Wall time of the loop's phases (seconds), to attribute cost (e.g. of constrained decoding).
-    forward_seconds: float = 0.0
-    decode_forward_seconds: float = 0.0  # the part of forward_seconds in decode steps (every request adds one token)
-    grammar_seconds: float = 0.0  # mask filling + matcher advances + jump-forward
-    sample_seconds: float = 0.0
 
 
 class EngineCore:
@@ -97,10 +77,13 @@ class EngineCore:
             max_context=self.max_context,
             schedule_policy=config.schedule_policy,
             overlap_schedule=not config.disable_overlap_schedule,
+            # On the CPU the forward does not run beside the loop: a constrained step gains nothing by waiting.
+            overlap_constrained=runner.device.type == "cuda",
         )
         self.scheduler = Scheduler(limits, self.allocator, self.req_rows, self.cache)
         self.sampler = Sampler(self.vocab_size, self.device, seed=config.random_seed, token_count=tokenizer.vocab_size)
         self.counters = EngineCounters()
+        self.grammar_us_per_request = StepTimes()  # per step: its grammar time over its constrained requests
         self.inbox: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()  # (kind, payload), see `_drain`
         self.reqs: dict[str, Req] = {}
         # rid -> why its grammar failed while filling this step's mask: the request ends when its token arrives
@@ -108,6 +91,8 @@ class EngineCore:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.bitmask_words = (self.vocab_size + 31) // 32
+        live_words = bitmask_words(len(vocab.token_bytes)) if vocab is not None else 0
+        self._masks = MaskStaging(config.max_running_requests, self.bitmask_words, live_words, self.device)
         self._eos_set = frozenset(tokenizer.eos_token_ids)
         self._eos_ids = tuple(tokenizer.eos_token_ids)
         self._inflight: SampledStep | None = None  # sampled, launched, not yet delivered (overlapped loop)
@@ -193,6 +178,16 @@ class EngineCore:
                 return
         if self.on_step is not None:
             self.on_step(batch)
+        constrained = sum(it.req.matcher is not None for it in batch.items)
+        grammar_before = self.counters.grammar_seconds
+        try:
+            self._launch(batch, prev)
+        finally:
+            if constrained:
+                self.counters.grammar_request_steps += constrained
+                self.grammar_us_per_request.add((self.counters.grammar_seconds - grammar_before) * 1e6 / constrained)
+
+    def _launch(self, batch: ScheduleBatch, prev: SampledStep | None) -> None:
         if prev is not None:
             self._overlapped_step(batch, prev)
             return
@@ -236,8 +231,15 @@ class EngineCore:
         logits = self._forward(batch, fb)
         self.counters.overlapped_steps += 1
         sb = prev.sb if everyone else prev.sb.filter(keep)
-        sampled = self._sample(batch, rows, logits, (sb, [prev.counted[j] + 1 for j in keep]))
-        self._deliver(prev)
+        sampling = (sb, [prev.counted[j] + 1 for j in keep])
+        if any(it.req.matcher is not None for it in batch.items):
+            # The matchers must see the in-flight tokens before they fill this step's masks: deliver first (the
+            # forward runs meanwhile), then sample. A request whose delivery jumped forward has a stale sample.
+            stale = self._deliver(prev, batch)
+            sampled = self._sample(batch, rows, logits, sampling, stale)
+        else:
+            sampled = self._sample(batch, rows, logits, sampling)
+            self._deliver(prev)
         self._inflight = sampled
         if sampled is not None and not any(r.state is ReqState.RUNNING for r in sampled.reqs):
             self._inflight = None  # every request ended with the tokens just delivered: nothing to wait for
@@ -267,9 +269,11 @@ class EngineCore:
                     req.input_top_logprobs.append(list(zip(v, ix)))
 
     def _sample(self, batch: ScheduleBatch, rows: LogitRows, logits: torch.Tensor,
-                sampling: tuple[SamplingBatch, list[int]] | None = None) -> SampledStep | None:
+                sampling: tuple[SamplingBatch, list[int]] | None = None,
+                stale: frozenset[str] = frozenset()) -> SampledStep | None:
         """Sample the next token of every item that reaches the end of its tokens, and start copying the tokens
-        to the host. `sampling`: the sampling batch and its rows' counted tokens, when the caller has them."""
+        to the host. `sampling`: the sampling batch and its rows' counted tokens, when the caller has them;
+        `stale`: requests whose sample here is to be dropped (their tokens changed after the forward)."""
         sel = []
         for i, it in enumerate(batch.items):
             if not it.sample:
@@ -287,7 +291,7 @@ class EngineCore:
         else:
             sample_logits = logits.index_select(0, torch.from_numpy(sample_rows).to(logits.device))
         t0 = time.perf_counter()
-        mask, mask_rows = self._grammar_masks(reqs)
+        mask, mask_rows = self._grammar_masks(reqs, stale)
         t1 = time.perf_counter()
         self.counters.grammar_seconds += t1 - t0
         sb, counted = sampling if sampling is not None else self._sampling_batch(reqs)
@@ -295,12 +299,15 @@ class EngineCore:
         sb.append(out.next_token_ids)
         host, ready = copy_to_host([out.next_token_ids, out.next_token_logprobs, out.top_logprobs_values,
                                      out.top_logprobs_ids])
-        self._last_sampled = sampled = SampledStep(reqs, tuple(r.rid for r in reqs), counted, sb, out, host, ready)
+        self._last_sampled = sampled = SampledStep(reqs, tuple(r.rid for r in reqs), counted, sb, out, host, ready,
+                                                   stale)
         self.counters.sample_seconds += time.perf_counter() - t1
         return sampled
 
-    def _deliver(self, sampled: SampledStep) -> None:
-        """Hand a step's sampled tokens to their requests (waiting for the host copy if it is still in flight)."""
+    def _deliver(self, sampled: SampledStep, successor: ScheduleBatch | None = None) -> frozenset[str]:
+        """Hand a step's sampled tokens to their requests (waiting for the host copy if it is still in flight).
+        `successor`: the step already launched on these tokens; returns the requests whose tokens then changed
+        (jump-forward), so their rows of the successor's samples are stale."""
         t0 = time.perf_counter()
         if sampled.ready is not None:
             sampled.ready.synchronize()
@@ -311,13 +318,19 @@ class EngineCore:
         tops = ([list(zip(v, i)) for v, i in zip(top_v.tolist(), top_i.tolist())]
                 if top_v is not None and top_i is not None else None)
         self.counters.sample_seconds += time.perf_counter() - t0
+        launched = frozenset(it.req.rid for it in successor.items) if successor is not None else frozenset()
+        jumped: set[str] = set()
         for j, req in enumerate(sampled.reqs):
+            if req.rid in sampled.stale:
+                continue
             try:
-                self._on_token(req, tokens[j], logprobs[j] if logprobs else None,
-                               tops[j][: req.top_logprobs_num] if tops else None)
+                if self._on_token(req, tokens[j], logprobs[j] if logprobs else None,
+                                  tops[j][: req.top_logprobs_num] if tops else None, req.rid in launched):
+                    jumped.add(req.rid)
             except Exception as exc:  # one failing request never takes its batch down
                 log.exception("request %s failed", req.rid)
                 self._finish(req, AbortFinish(f"{type(exc).__name__}: {exc}"))
+        return frozenset(jumped & launched)
 
     def _sampling_batch(self, reqs: list[Req]) -> tuple[SamplingBatch, list[int]]:
         """The sampling tensors of `reqs` and the tokens each row will have counted after this step's sample:
@@ -335,31 +348,35 @@ class EngineCore:
                 top_logprobs_num=[r.top_logprobs_num for r in reqs])
         return sb, [n + 1 for n in lens]
 
-    def _grammar_masks(self, reqs: list[Req]) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    def _grammar_masks(self, reqs: list[Req], stale: frozenset[str]) -> tuple[torch.Tensor | None,
+                                                                             torch.Tensor | None]:
+        """The packed masks of the constrained rows of `reqs`, on the device, and the logits row of each."""
         matchers = [(j, r.matcher) for j, r in enumerate(reqs) if r.matcher is not None]
         if not matchers:
             return None, None
         assert self.vocab is not None, "a request with a grammar was compiled against the engine's vocabulary"
-        # Ids past the tokenizer's vocabulary (padding rows of the embedding) stay 0: never allowed.
-        mask = np.zeros((len(matchers), self.bitmask_words), dtype=np.int32)
-        width = bitmask_words(len(self.vocab.token_bytes))
+        mask = self._masks.rows(len(matchers))
         for k, (j, matcher) in enumerate(matchers):
+            if reqs[j].rid in stale or reqs[j].state is not ReqState.RUNNING:
+                mask[k] = -1  # a sample nobody reads: any token
+                continue
             try:
-                matcher.fill_mask(mask[k, :width])
+                matcher.fill_mask(mask[k])
             except Exception as exc:  # one request's grammar never takes the batch down: that request ends
                 log.exception("grammar mask of request %s failed", reqs[j].rid)
                 self._grammar_failures[reqs[j].rid] = f"constraint failed: {type(exc).__name__}: {exc}"
-                mask[k, :width] = -1  # any token: the row is sampled, then thrown away with its request
-        rows = [j for j, _ in matchers]
-        return torch.from_numpy(mask).to(self.device), torch.tensor(rows, dtype=torch.int64, device=self.device)
+                mask[k] = -1  # any token: the row is sampled, then thrown away with its request
+        return self._masks.upload([j for j, _ in matchers])
 
-    def _on_token(self, req: Req, token: int, logprob: float | None, top: TopLogprobs) -> None:
+    def _on_token(self, req: Req, token: int, logprob: float | None, top: TopLogprobs, computed: bool) -> bool:
+        """Take a sampled token. `computed`: a step already launched computes it (overlap), so a jump-forward
+        that replaces it must also rewind that position. Returns whether the request jumped forward."""
         if req.state is not ReqState.RUNNING:
-            return
+            return False
         failure = self._grammar_failures.pop(req.rid, None)
         if failure is not None:
             self._finish(req, AbortFinish(failure))
-            return
+            return False
         if req.first_token_time is None:
             req.first_token_time = time.perf_counter()
         if req.return_logprob:
@@ -371,7 +388,9 @@ class EngineCore:
             t0 = time.perf_counter()
             if not req.matcher.advance(token):
                 raise RuntimeError(f"sampled token {token} is not allowed by the grammar")
-            new_ids = self._jump_forward(req, token)
+            new_ids = self._jump_forward(req, token, computed)
+            if computed and new_ids[0] != token:
+                self.scheduler.rewind(req, req.kv_len - 1)  # that step computed the replaced token
             if req.return_logprob:  # re-tokenized or forced tokens were not sampled: no logprob
                 if new_ids[0] != token:
                     req.output_token_logprobs[-1] = (None, new_ids[0])
@@ -380,18 +399,21 @@ class EngineCore:
                     req.output_top_logprobs.extend(None for _ in new_ids[1:])
             self.counters.grammar_seconds += time.perf_counter() - t0
         self._append(req, new_ids)
+        return new_ids != [token]
 
-    def _jump_forward(self, req: Req, token: int) -> list[int]:
+    def _jump_forward(self, req: Req, token: int, computed: bool = False) -> list[int]:
         """The tokens to append for the sampled `token`: itself plus the text the grammar forces after it, appended
         without decode steps. The forced text is re-tokenized together with the sampled token, so the boundary
         token is the tokenizer's own choice (e.g. `"` + forced `name": ` becomes `"name` `":` ` `), not a split
-        the model would never produce. The sampled token has no KV yet, so replacing it costs nothing."""
+        the model would never produce. Replacing the sampled token costs nothing unless a launched step already
+        computes it (`computed`): then that position is computed again. Jumps are taken only where they pay
+        (`_jump_pays`)."""
         m = req.matcher
         assert m is not None, "only a constrained request jumps forward"
         if not self.config.enable_jump_forward or m.is_terminated():
             return [token]
         forced = _whole_utf8_prefix(m.forced_suffix())
-        if not forced:
+        if not forced or not self._jump_pays(len(forced), 2):  # a byte is a token at most: no need to tokenize
             return [token]
         budget = req.output_budget(self.max_context)  # the sampled token counts against it too
         try:
@@ -400,7 +422,14 @@ class EngineCore:
             joint = None
         if joint is not None:
             ids = self.tokenizer.encode(joint, add_special_tokens=False)[:budget]
-            if ids and ids[0] != token:
+            replaced = bool(ids) and ids[0] != token
+            kept = int(computed and not replaced)  # the first id is the token a launched step computes
+            ids = self._fit_row(ids, kept)
+            # A replaced token absorbs the forced text (at least a step saved), less the step it recomputes.
+            saved = max(len(ids) - 1, 1) - int(computed) if replaced else len(ids) - 1
+            if not self._jump_pays(saved, len(ids) - kept):
+                return [token]
+            if replaced:
                 m.rollback(1)
                 taken = self._advance_all(m, ids)
                 if taken == len(ids):
@@ -413,11 +442,31 @@ class EngineCore:
             text = forced.decode("utf-8")
         except UnicodeDecodeError:  # starts inside a character the sampled token began: no jump this step
             return [token]
-        ids = self.tokenizer.encode(text, add_special_tokens=False)[: budget - 1]
+        # The row holds the sampled token too unless a launched step computes it.
+        ids = self._fit_row(self.tokenizer.encode(text, add_special_tokens=False)[: budget - 1], int(computed) - 1)
+        if not self._jump_pays(len(ids), len(ids) + 1 - int(computed)):
+            return [token]
         return self._count_jump(req, [token] + ids[: self._advance_all(m, ids)])
 
+    def _fit_row(self, ids: list[int], outside: int) -> list[int]:
+        """`ids` cut so that their step's row, which holds `len(ids) - outside` tokens, fits the multi-token CUDA
+        graphs (the rest of the forced text is taken at a later step): a jump then does not leave the graphs."""
+        most = self.runner.max_graph_row_tokens
+        return ids if most is None else ids[: max(most + outside, 0)]
+
+    def _jump_pays(self, saved_steps: int, row_tokens: int) -> bool:
+        """Is one step appending the forced tokens (rows of up to `row_tokens` tokens) cheaper than the
+        `saved_steps` decode steps they would take? That step replays a multi-token graph or, when none takes
+        it, runs eagerly (every running request pays), unless it is eager anyway (requests are waiting to be
+        admitted: their prefill runs with it)."""
+        if saved_steps < 1:
+            return False
+        if self.scheduler.waiting and len(self.scheduler.running) < self.config.max_running_requests:
+            return True
+        return saved_steps >= self.runner.step_cost(len(self.scheduler.running), row_tokens)
+
     @staticmethod
-    def _advance_all(matcher: Matcher, ids: list[int]) -> int:
+    def _advance_all(matcher: GrammarMatcher, ids: list[int]) -> int:
         """Advance through `ids` until one is refused; returns how many were taken."""
         for n, t in enumerate(ids):
             if not matcher.advance(t):
@@ -512,6 +561,7 @@ class EngineCore:
             decode_steps_saved=req.decode_steps_saved,
             ttft=None if req.first_token_time is None else req.first_token_time - req.created,
             constraint_relaxations=req.grammar.relaxations if req.grammar is not None else (),
+            constraint_narrowings=req.grammar.narrowings if req.grammar is not None else (),
             input_token_logprobs=req.input_token_logprobs if logprobs else None,
             output_token_logprobs=req.output_token_logprobs if logprobs else None,
             input_top_logprobs=req.input_top_logprobs if tops else None,
@@ -546,6 +596,8 @@ class EngineCore:
             "kv_usage": 1.0 - self.allocator.num_free / total,
             "cache_nodes": cache_stats.num_nodes,
             **{k: getattr(c, k) for k in c.__dataclass_fields__},
+            "grammar_us_per_request_step_p50": self.grammar_us_per_request.quantile(0.5),
+            "grammar_us_per_request_step_p90": self.grammar_us_per_request.quantile(0.9),
         }
 
 

@@ -99,7 +99,20 @@ class ModelRunner:
 
             self.graph_runner = CudaGraphRunner(
                 self._run_model, self.req_to_token_pool.req_to_token,
-                min(config.cuda_graph_max_bs, config.max_running_requests), self.context_length)
+                min(config.cuda_graph_max_bs, config.max_running_requests), self.context_length,
+                row_tokens=multi_token_rows(config.cuda_graph_max_row_tokens))
+
+    def step_cost(self, batch_size: int, row_tokens: int) -> float:
+        """Decode steps' worth of time a step of `batch_size` requests costs in which some add up to `row_tokens`
+        tokens each: >= 1 where decode steps replay CUDA graphs, 1 where every step runs eagerly."""
+        return self.graph_runner.step_cost(batch_size, row_tokens) if self.graph_runner is not None else 1.0
+
+    @property
+    def max_graph_row_tokens(self) -> int | None:
+        """The most new tokens per request a captured graph takes beside one-token rows (None: no graphs)."""
+        if self.graph_runner is None:
+            return None
+        return max(self.graph_runner.row_tokens, default=1)
 
     @property
     def max_total_tokens(self) -> int:
@@ -107,10 +120,25 @@ class ModelRunner:
 
     @torch.inference_mode()
     def forward(self, batch: ForwardBatch) -> torch.Tensor:
-        if self.graph_runner is not None and self.graph_runner.can_run(batch):
-            return self.graph_runner.replay(batch)
+        graphs = self.graph_runner
+        if graphs is not None:
+            if graphs.can_run(batch):
+                return graphs.replay(batch)
+            k = graphs.short_rows(batch)
+            if k is not None:
+                return graphs.replay_short(batch, k)
         return self._run_model(batch)
 
     def _run_model(self, batch: ForwardBatch) -> torch.Tensor:
         """The model's forward of `batch` with the attention backend's plan of it (planned here, once)."""
         return self.model(batch, self.kv_pool, self.attention, self.attention.plan(batch))
+
+
+def multi_token_rows(max_row_tokens: int) -> tuple[int, ...]:
+    """The row sizes of the multi-token graphs: 2, 4, 8, ... up to `max_row_tokens` (none below 2)."""
+    sizes = []
+    k = 2
+    while k <= max_row_tokens:
+        sizes.append(k)
+        k *= 2
+    return tuple(sizes)

@@ -12,7 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 if TYPE_CHECKING:
-    from radixgen.grammars import Grammar, Matcher
+    from radixgen.grammars.backend import CompiledGrammar, GrammarMatcher
     from radixgen.radix import RadixNode
     from radixgen.runtime.output_sink import OutputSink
     from radixgen.runtime.outputs import FinishReason, TokenLogprob, TopLogprobs
@@ -62,8 +62,8 @@ class Req:
     output_token_logprobs: list[TokenLogprob] = field(default_factory=list)
     output_top_logprobs: list[TopLogprobs] = field(default_factory=list)
     # Constrained decoding.
-    grammar: Grammar | None = None
-    matcher: Matcher | None = None
+    grammar: CompiledGrammar | None = None
+    matcher: GrammarMatcher | None = None
     decode_steps_saved: int = 0
     # Finish.
     finish_reason: FinishReason | None = None

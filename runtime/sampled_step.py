@@ -23,6 +23,7 @@ class SampledStep:
     out: SampleOutput
     host: list[torch.Tensor | None]  # tokens, logprobs, top-logprob values, top-logprob ids
     ready: torch.cuda.Event | None  # None: host copies are complete (CPU device)
+    stale: frozenset[str] = frozenset()  # requests whose sample here is dropped (their tokens changed meanwhile)
 
 
 def copy_to_host(tensors: list[torch.Tensor | None]) -> tuple[list[torch.Tensor | None], torch.cuda.Event | None]:

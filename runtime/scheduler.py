@@ -10,7 +10,8 @@ cache) and it is re-queued at the front with its generated tokens kept, never dr
 With the overlap schedule on, a step's sampled tokens may still be on the device when the next step is
 scheduled: `schedule(in_flight)` then builds that step's decode only (its input tokens read on the device), so
 it launches before the samples reach the host; it declines, and the loop delivers the samples and schedules
-normally, whenever admission, prefill chunks, eviction or preemption need the host's token ids.
+normally, whenever admission, prefill chunks, eviction or preemption need the host's token ids, or a request
+has tokens to compute that were not sampled (a grammar's jump-forward appended them).
 
 Slot ownership invariant: every KV slot is exactly one of free (allocator), owned by the radix tree, or owned
 by one running request (positions [tree_len, kv_len) of its slot buffer).
@@ -77,6 +78,8 @@ class SchedulerLimits:
     share_defer_threshold: int = 8
     # Launch each decode step before the previous step's sampled tokens reach the host (see the module doc).
     overlap_schedule: bool = False
+    # ... for steps of constrained requests too (their matchers then see each token after the next launch).
+    overlap_constrained: bool = True
 
 
 class Scheduler:
@@ -165,6 +168,8 @@ class Scheduler:
         pending = {r.rid for r in in_flight}
         if any(r.rid not in pending for r in self.running):
             return None
+        if any(r.state is ReqState.RUNNING and r.remaining > 0 for r in in_flight):
+            return None  # tokens to compute beyond the one in flight (jump-forward): an extend, on the host's ids
         max_context = self.limits.max_context
         keep = [j for j, r in enumerate(in_flight)
                 if r.state is ReqState.RUNNING and r.output_budget(max_context) > 1]
@@ -180,10 +185,24 @@ class Scheduler:
         return batch
 
     def can_defer_delivery(self, reqs: Sequence[Req]) -> bool:
-        """May the next step be scheduled while these requests' sampled tokens are still on the device? Only
-        with the overlap schedule on and no grammar among them (a matcher must see each token before it fills
-        the next mask)."""
-        return self.limits.overlap_schedule and all(r.matcher is None for r in reqs)
+        """May the next step be scheduled while these requests' sampled tokens are still on the device? With the
+        overlap schedule on, yes, constrained requests included where `overlap_constrained` (a matcher then sees
+        its token after the next forward is launched, before that step samples)."""
+        if not self.limits.overlap_schedule or not reqs:
+            return False
+        return self.limits.overlap_constrained or all(r.matcher is None for r in reqs)
+
+    def rewind(self, req: Req, kv_len: int) -> None:
+        """Forget the KV of positions [kv_len, req.kv_len) of a running request (computed for a token that was
+        then replaced) and free their slots; the next step computes them again."""
+        assert req.tree_len <= kv_len <= req.kv_len, "only positions the request owns can be rewound"
+        buf = self.slots[req.rid]
+        dropped = buf.view(kv_len, req.kv_len).copy()
+        buf.truncate(kv_len)
+        if len(dropped):
+            self.allocator.free(dropped)
+        req.kv_len = kv_len
+        req.synced_len = min(req.synced_len, kv_len)
 
     def _extend(self, batch: ScheduleBatch, req: Req, slots: SlotArray) -> None:
         start, n = req.kv_len, len(slots)

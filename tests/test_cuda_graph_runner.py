@@ -123,3 +123,61 @@ def test_can_run_refuses_what_the_graphs_do_not_compute(setup):
     assert not runner.can_run(ext)  # prefill runs eagerly
     other = forward_batch_from_lists([[1]], [3], [0], rows.req_to_token.clone(), torch.tensor([5]))
     assert not runner.can_run(other)  # a different req_to_token table
+
+
+@pytest.fixture(scope="module")
+def short_runner(setup):
+    model, pool, rows, _lens, _runner = setup
+    attention = attention_backend_for(model.config, torch.device("cpu"), torch.float32)
+    return CudaGraphRunner(lambda fb: model(fb, pool, attention, attention.plan(fb)), rows.req_to_token, max_bs=8,
+                           max_context=TINY["max_position_embeddings"], use_graphs=False, row_tokens=(4, 2))
+
+
+def _short_batch(rows: ReqToTokenPool, lens: np.ndarray, reqs: list[int], extends: list[int], seed: int):
+    """Request r computes its last `e` positions of [0, lens[r] + 1) (their slots are in the row already)."""
+    rng = np.random.default_rng(seed)
+    ids = [[int(t) for t in rng.integers(0, TINY["vocab_size"], size=e)] for e in extends]
+    prefix = [int(lens[r]) + 1 - e for r, e in zip(reqs, extends)]
+    loc = torch.cat([rows.req_to_token[r, p : p + e].long() for r, p, e in zip(reqs, prefix, extends)])
+    return forward_batch_from_lists(ids, prefix, reqs, rows.req_to_token, loc), loc
+
+
+def test_multi_token_rows_replay_equals_eager_forward(setup, short_runner):
+    """Rows of 1 to k new tokens in the multi-token graphs' buffers (tokens packed, padding after them and
+    padding requests) give the eager forward's logits and KV; the token padding is reset between batches."""
+    _model, pool, rows, lens, _ = setup
+    runner = short_runner
+    assert runner.row_tokens == (2, 4)
+    cases = [([3, 7, 5], [1, 4, 2]), ([8, 2], [2, 1]), ([1, 4, 6, 9, 10], [1, 1, 3, 1, 4]), ([2], [1])]
+    for step, (reqs, extends) in enumerate(cases):
+        _fill_kv(pool, seed=step)
+        fb, loc = _short_batch(rows, lens, reqs, extends, seed=200 + step)
+        k = runner.short_rows(fb)
+        if max(extends) == 1:
+            assert fb.mode is ForwardMode.DECODE and k is None and runner.can_run(fb)
+            continue
+        assert k == (2 if max(extends) <= 2 else 4)
+        before = _snapshot(pool)
+        with torch.inference_mode():
+            want = runner.forward(fb)
+        want_kv = _snapshot(pool)
+        _restore(pool, before)
+        got = runner.replay_short(fb, k)
+        assert got.shape == (len(reqs), TINY["vocab_size"])
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        for buf, ref in zip(pool.k_buffers + pool.v_buffers, want_kv):
+            torch.testing.assert_close(buf[loc], ref[loc], rtol=1e-5, atol=1e-6)
+        t = fb.num_tokens
+        assert runner.out_cache_loc[t:].eq(PADDING_SLOT).all() and runner.row_lens[len(reqs):].eq(0).all()
+
+
+def test_multi_token_rows_refuse_what_they_do_not_compute(setup, short_runner):
+    _model, _pool, rows, lens, _ = setup
+    long_row, _ = _short_batch(rows, lens, [3, 7], [5, 1], seed=0)
+    assert short_runner.short_rows(long_row) is None  # more new tokens than any row holds
+    fb, _ = _short_batch(rows, lens, [3, 7], [3, 1], seed=0)
+    fb.logits_indices = torch.tensor([0, 1, 2, 3])
+    assert short_runner.short_rows(fb) is None  # logits of several rows of one request (prompt logprobs)
+    from radixgen.runtime.model_runner import multi_token_rows
+
+    assert multi_token_rows(8) == (2, 4, 8) and multi_token_rows(5) == (2, 4) and multi_token_rows(1) == ()

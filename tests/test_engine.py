@@ -318,6 +318,45 @@ def test_overlap_schedule_delivers_what_the_synchronous_loop_does(default_model_
     assert stats["kv_slots_free"] == stats["kv_slots_total"]  # the wasted in-flight positions were returned
 
 
+def test_constrained_requests_overlap_and_deliver_what_the_synchronous_loop_does(default_model_path, engine):
+    """Constrained requests in the overlapped loop (the CUDA default; forced here on the CPU): each step's
+    matchers see the in-flight tokens after the next forward is launched, before it samples. Jump-forward that
+    replaces an already computed token rewinds it; outputs equal the synchronous loop's, and every KV slot
+    comes back."""
+    import json
+
+    schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
+                                               "age": {"type": "integer", "minimum": 0, "maximum": 130},
+                                               "pets": {"type": "boolean"}}, "required": ["name", "age", "pets"],
+              "additionalProperties": False}
+    prompts = [f"Extract: {who} is {age}.\nJSON:" for who, age in (("John", 31), ("Ada", 36), ("Li", 7))]
+    params = [{"temperature": 0, "max_new_tokens": 48, "json_schema": json.dumps(schema)},
+              {"temperature": 0, "max_new_tokens": 48, "json_schema": json.dumps(schema)},
+              {"temperature": 0, "max_new_tokens": 24, "regex": r"(yes|no), because [a-z ]{1,30}\."},
+              GREEDY]
+    prompts.append("The capital of France is")
+    engine.core.scheduler.limits.overlap_constrained = True
+    try:
+        before = engine.get_stats()
+        overlapped = engine.generate(prompts, params)
+        after = engine.get_stats()
+    finally:
+        engine.core.scheduler.limits.overlap_constrained = False
+    assert after["overlapped_steps"] > before["overlapped_steps"]
+    assert after["jump_forward_tokens"] > before["jump_forward_tokens"]
+    with Engine(str(default_model_path), chunked_prefill_size=16, max_prefill_tokens=64,
+                disable_overlap_schedule=True) as sync:
+        reference = sync.generate(prompts, params)
+    for got, want in zip(overlapped, reference):
+        assert got["output_ids"] == want["output_ids"]
+        assert got["text"] == want["text"]
+    for out in overlapped[:2]:
+        assert set(json.loads(out["text"])) == {"name", "age", "pets"}
+    assert engine.flush_cache()
+    stats = engine.get_stats()
+    assert stats["kv_slots_free"] == stats["kv_slots_total"]
+
+
 def _flat(nested) -> list[float]:
     """Every number in nested lists/tuples of logprob entries, in order."""
     if isinstance(nested, (list, tuple)):

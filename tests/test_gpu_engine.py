@@ -38,14 +38,16 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).norm() / b.norm())
 
 
-def test_graph_replay_matches_eager_forward_on_cuda():
+@pytest.fixture(scope="module")
+def cuda_pool():
+    """A small random bf16 model on CUDA and a pool whose request rows hold random contexts of up to 600."""
     dev = torch.device("cuda")
     model, config = load_model(None, "dummy", dev, torch.bfloat16, dummy_config=SMALL, seed=3)
     num_slots, max_reqs = 40_000, 64
     pool = KVPool.for_model(config, num_slots, torch.bfloat16, dev)
     rows = ReqToTokenPool(max_reqs, config.max_position_embeddings, dev)
     rng = np.random.default_rng(0)
-    lens = rng.integers(1, 600, size=max_reqs)
+    lens = rng.integers(8, 600, size=max_reqs)
     slots = rng.permutation(np.arange(1, num_slots))
     offset = 0
     for r in range(max_reqs):
@@ -59,34 +61,99 @@ def test_graph_replay_matches_eager_forward_on_cuda():
     def forward(fb):
         return model(fb, pool, attention, attention.plan(fb))
 
-    runner = CudaGraphRunner(forward, rows.req_to_token, max_bs=48, max_context=config.max_position_embeddings)
+    return forward, pool, rows, lens, num_slots
+
+
+def _replay_matches_eager(cuda_pool, fb, replay) -> None:
+    """replay(fb) gives the eager forward's logits and KV writes and writes nothing outside fb's slots."""
+    forward, pool, _rows, _lens, num_slots = cuda_pool
+    dev = fb.out_cache_loc.device
+    loc = fb.out_cache_loc
+    before = [b.clone() for b in pool.k_buffers]
+    with torch.inference_mode():
+        want = forward(fb)
+    want_k = [b[loc].clone() for b in pool.k_buffers]
+    for buf, saved in zip(pool.k_buffers, before):
+        buf.copy_(saved)
+    got = replay(fb)
+    torch.cuda.synchronize()
+    assert got.shape == want.shape and torch.isfinite(got).all()
+    # bf16 through a random model: the graph's decode attention splits each context as captured (for the
+    # model's whole context), the eager forward as this batch's lengths ask, and the different summation
+    # order reaches ~1% by the last layer (seen up to 0.0102); a wrong slot or row gives errors of order 1.
+    assert _rel(got, want) < 2e-2, f"batch {fb.batch_size}: graph logits differ from eager"
+    for buf, ref, old in zip(pool.k_buffers, want_k, before):
+        assert _rel(buf[loc], ref) < 2e-2
+        mask = torch.ones(num_slots, dtype=torch.bool, device=dev)
+        mask[loc] = False
+        mask[PADDING_SLOT] = False
+        assert buf[mask].equal(old[mask]), "a replay wrote outside its batch's slots"
+
+
+def test_graph_replay_matches_eager_forward_on_cuda(cuda_pool):
+    forward, _pool, rows, lens, _ = cuda_pool
+    rng = np.random.default_rng(0)
+    runner = CudaGraphRunner(forward, rows.req_to_token, max_bs=48, max_context=SMALL["max_position_embeddings"])
     assert sorted(runner.graphs) == runner.batch_sizes
     for n in (37, 48, 5, 1, 24, 2):
-        reqs = list(rng.choice(max_reqs, size=n, replace=False))
+        reqs = list(rng.choice(len(lens), size=n, replace=False))
         ids = [[int(t)] for t in rng.integers(0, SMALL["vocab_size"], size=n)]
         loc = torch.tensor([int(rows.req_to_token[r, lens[r]]) for r in reqs], dtype=torch.int64)
         fb = forward_batch_from_lists(ids, [int(lens[r]) for r in reqs], reqs, rows.req_to_token, loc)
         assert runner.can_run(fb)
-        before = [b.clone() for b in pool.k_buffers]
-        with torch.inference_mode():
-            want = forward(fb)
-        want_k = [b[loc.to(dev)].clone() for b in pool.k_buffers]
-        for buf, saved in zip(pool.k_buffers, before):
-            buf.copy_(saved)
-        got = runner.replay(fb)
-        torch.cuda.synchronize()
-        assert got.shape == want.shape and torch.isfinite(got).all()
-        # bf16 through a random model: the graph's decode attention splits each context as captured (for the
-        # model's whole context), the eager forward as this batch's lengths ask, and the different summation
-        # order reaches ~1% by the last layer (seen up to 0.0102); a wrong slot or row gives errors of order 1.
-        assert _rel(got, want) < 2e-2, f"batch {n}: graph logits differ from eager"
-        for buf, ref, old in zip(pool.k_buffers, want_k, before):
-            assert _rel(buf[loc.to(dev)], ref) < 2e-2
-            mask = torch.ones(num_slots, dtype=torch.bool, device=dev)
-            mask[loc.to(dev)] = False
-            mask[PADDING_SLOT] = False
-            assert buf[mask].equal(old[mask]), "a replay wrote outside its batch's slots"
+        _replay_matches_eager(cuda_pool, fb, runner.replay)
     assert runner.replays == 6
+
+
+def test_multi_token_graph_replay_matches_eager_forward_on_cuda(cuda_pool):
+    """Rows of 1 to 8 new tokens (a decode step where some requests append forced tokens) replayed from the
+    multi-token graphs, interleaved with decode replays, against the eager forward."""
+    forward, _pool, rows, lens, _ = cuda_pool
+    rng = np.random.default_rng(1)
+    runner = CudaGraphRunner(forward, rows.req_to_token, max_bs=48, max_context=SMALL["max_position_embeddings"],
+                             row_tokens=(2, 4, 8))
+    assert sorted(runner.short_graphs) == [(bs, k) for bs in runner.batch_sizes for k in (2, 4, 8)]
+    for n, most in ((37, 8), (5, 2), (48, 4), (1, 8), (24, 3)):
+        reqs = list(rng.choice(len(lens), size=n, replace=False))
+        extends = rng.integers(1, most + 1, size=n)
+        extends[0] = most
+        prefix = [int(lens[r]) + 1 - int(e) for r, e in zip(reqs, extends)]
+        ids = [[int(t) for t in rng.integers(0, SMALL["vocab_size"], size=int(e))] for e in extends]
+        loc = torch.cat([rows.req_to_token[r, p : p + int(e)].long() for r, p, e in zip(reqs, prefix, extends)])
+        fb = forward_batch_from_lists(ids, prefix, reqs, rows.req_to_token, loc)
+        k = runner.short_rows(fb)
+        assert k is not None and k >= most
+        _replay_matches_eager(cuda_pool, fb, lambda b, k=k: runner.replay_short(b, k))
+    # A decode replay after multi-token ones: the token and row padding they left is reset.
+    decode = [3, 9, 20]
+    one = forward_batch_from_lists([[1]] * 3, [int(lens[r]) for r in decode], decode, rows.req_to_token,
+                                   torch.stack([rows.req_to_token[r, lens[r]].long() for r in decode]))
+    _replay_matches_eager(cuda_pool, one, runner.replay)
+    assert runner.short_replays == 5 and runner.replays == 1
+    assert runner.step_cost(16, 3) >= 1.0
+
+
+def test_constrained_requests_on_cuda_jump_inside_the_graphs():
+    """Constrained requests on CUDA: overlapped with the forward, forced text appended through the
+    multi-token graphs; every output matches its regex and every KV slot comes back."""
+    import re
+    from pathlib import Path
+
+    from radixgen.runtime.engine import Engine
+
+    tokenizer = Path(__file__).parent / "fixtures" / "tokenizers" / "qwen3" / "tokenizer.json"
+    pattern = r'\{"name": "[a-z]{1,8}", "age": [0-9]{1,2}, "city": "[A-Z][a-z]{1,8}"\}'
+    with Engine(load_format="dummy", dummy_config={**SMALL, "vocab_size": 151669}, tokenizer_path=str(tokenizer),
+                device="cuda", max_total_tokens=40_000, max_running_requests=32) as eng:
+        outs = eng.generate([f"Person {i}:" for i in range(24)],
+                            {"max_new_tokens": 64, "temperature": 0, "regex": pattern})
+        stats = eng.get_stats()
+        assert eng.runner.graph_runner is not None and eng.runner.graph_runner.short_replays > 0
+        assert eng.flush_cache()
+        after = eng.get_stats()
+    assert all(re.fullmatch(pattern, o["text"]) for o in outs), [o["text"] for o in outs]
+    assert stats["overlapped_steps"] > 0 and stats["jump_forward_tokens"] > 0
+    assert after["kv_slots_free"] == after["kv_slots_total"]
 
 
 PROMPTS = [

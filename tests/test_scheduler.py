@@ -208,11 +208,35 @@ def test_device_row_is_rewritten_from_where_it_went_stale():
     assert froms == [[(0, 0)], [(16, 0)], [(32, 0)], [(40, 0)], [(41, 41)]]
 
 
-def test_delivery_is_deferred_only_with_overlap_on_and_no_grammar():
+def test_delivery_is_deferred_only_with_overlap_on_and_grammars_only_where_allowed():
     s, _, _ = make()
     plain, constrained = req("a", range(4)), req("b", range(4))
     constrained.matcher = object()  # type: ignore[assignment]  # a stand-in: only its presence matters
     assert not s.can_defer_delivery([plain])
     s.limits.overlap_schedule = True
     assert s.can_defer_delivery([plain])
+    assert s.can_defer_delivery([plain, constrained])
+    s.limits.overlap_constrained = False
+    assert s.can_defer_delivery([plain])
     assert not s.can_defer_delivery([plain, constrained])
+
+
+def test_rewind_frees_the_positions_it_forgets_and_the_overlap_waits_for_unsampled_tokens():
+    s, alloc, _ = make()
+    s.limits.overlap_schedule = True
+    r = req("a", range(8))
+    s.add(r)
+    batch = s.schedule()
+    assert batch is not None
+    s.commit(batch)
+    r.output_ids.append(5)
+    batch = s.schedule()  # the decode of token 5
+    assert batch is not None and batch.is_decode
+    s.commit(batch)
+    free = alloc.num_free
+    s.rewind(r, r.kv_len - 1)  # token 5 was replaced after its forward launched
+    assert alloc.num_free == free + 1 and r.kv_len == 8 and r.synced_len <= 8
+    r.output_ids[-1:] = [6, 7, 8]  # the replacement and two forced tokens: none sampled, none computed
+    assert s.schedule([r]) is None  # no overlapped decode: the host's ids must go in an extend
+    batch = s.schedule()
+    assert batch is not None and [(it.start, it.extend, it.sync_from) for it in batch.items] == [(8, 3, 8)]
