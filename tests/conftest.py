@@ -11,6 +11,10 @@ from pathlib import Path
 
 import pytest
 
+# Tests compile grammars into temp engines: keep them out of the user's disk cache (the cache's own tests pass
+# theirs explicitly).
+os.environ.setdefault("RADIXGEN_GRAMMAR_CACHE", "0")
+
 TESTS_DIR = Path(__file__).resolve().parent
 FIXTURES = TESTS_DIR / "fixtures"
 
