@@ -11,7 +11,8 @@ Pipeline: front ends (regex.py, ebnf.py, lark_frontend.py, json_schema*.py -> EB
 byte-level pushdown automaton, big terminals shared, bounded repetitions fused: counted.py) -> automaton.py
 (lazily determinized configurations) -> masks.py / token_walk.py (trie walks, cached per state) -> matcher.py
 (per request); constraint.py is the one dispatch from a request's `Constraint` (kind, source) to its front
-end. The package depends on numpy, interegular and lark only (never on radixgen.runtime).
+end; disk_cache.py keeps compiled grammars on disk; backend.py is the engine's protocol, which backends/ (XGrammar,
+llguidance) also implement. The package depends on numpy, interegular and lark only (never on radixgen.runtime).
 """
 
 from radixgen.grammars.builtin import builtin_grammar_names, load_builtin_grammar
