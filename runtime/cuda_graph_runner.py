@@ -33,10 +33,12 @@ capture itself is tested without CUDA.
 from __future__ import annotations
 
 import bisect
+import collections
+import contextlib
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -108,6 +110,9 @@ class CudaGraphRunner:
         self.eager_seconds: dict[int, float] = {}
         self.replay_seconds: dict[int, float] = {}
         self.short_replay_seconds: dict[tuple[int, int], float] = {}
+        # ... and as they run with real contexts (a padding row reads no KV at capture): per (bucket, k), k = 1
+        # for the decode graphs.
+        self.measured = ReplayTimes() if self.use_graphs else None
         if self.use_graphs:
             self._capture_all()
 
@@ -179,11 +184,12 @@ class CudaGraphRunner:
         decode steps' time: that of the multi-token graph taking it, else that of an eager forward. 1 where
         nothing was timed (no graphs: every step is eager)."""
         bs = self.bucket(min(batch_size, self.max_bs))
-        replay = self.replay_seconds.get(bs)
+        seen = self.measured.seconds if self.measured is not None else {}
+        replay = seen.get((bs, 1)) or self.replay_seconds.get(bs)
         if not replay:
             return 1.0
         k = next((k for k in self.row_tokens if k >= row_tokens), None)
-        cost = self.short_replay_seconds.get((bs, k)) if k is not None else None
+        cost = (seen.get((bs, k)) or self.short_replay_seconds.get((bs, k))) if k is not None else None
         if cost is None:
             cost = self.eager_seconds.get(bs, replay)
         return max(1.0, cost / replay)
@@ -219,7 +225,8 @@ class CudaGraphRunner:
         self._set_rows(batch)
         self.replays += 1
         if self.use_graphs:
-            self.graphs[bs].replay()
+            with self._timing((bs, 1)):
+                self.graphs[bs].replay()
             logits = self.outputs[bs]
         else:
             logits = self._forward(bs)
@@ -239,11 +246,19 @@ class CudaGraphRunner:
                                    else batch.last_token_indices())
         self.short_replays += 1
         if self.use_graphs:
-            self.short_graphs[key].replay()
+            with self._timing(key):
+                self.short_graphs[key].replay()
             logits = self.short_outputs[key]
         else:
             logits = self._short_forward(key)
         return logits[:n].clone()
+
+    @contextlib.contextmanager
+    def _timing(self, key: tuple[int, int]) -> Iterator[None]:
+        assert self.measured is not None, "replays are timed where graphs run"
+        start = self.measured.start()
+        yield
+        self.measured.stop(key, start)
 
     def _set_tokens(self, batch: ForwardBatch) -> None:
         """Tokens [0, T) from the batch; tokens a larger earlier batch used become padding again."""
@@ -274,6 +289,35 @@ class CudaGraphRunner:
         self.row_lens[lo:hi].zero_()
         self.row_starts[lo:hi].zero_()
         self.logits_rows[lo:hi].zero_()
+
+
+class ReplayTimes:
+    """GPU seconds of graph replays as they run, smoothed per graph: CUDA events around each replay, read once
+    they have completed (never waited on), so timing costs the loop no sync."""
+
+    SMOOTHING = 0.2  # weight of the newest replay
+
+    def __init__(self) -> None:
+        self.seconds: dict[tuple[int, int], float] = {}
+        self._pending: collections.deque[tuple[tuple[int, int], torch.cuda.Event, torch.cuda.Event]] = (
+            collections.deque())
+
+    def start(self) -> torch.cuda.Event:
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def stop(self, key: tuple[int, int], start: torch.cuda.Event) -> None:
+        end = torch.cuda.Event(enable_timing=True)
+        end.record()
+        self._pending.append((key, start, end))
+        while self._pending and self._pending[0][2].query():
+            done, a, b = self._pending.popleft()
+            t = a.elapsed_time(b) / 1e3
+            old = self.seconds.get(done)
+            self.seconds[done] = t if old is None else old + self.SMOOTHING * (t - old)
+        while len(self._pending) > 64:  # a stalled reader never grows this without bound
+            self._pending.popleft()
 
 
 def _timed(run: Callable[[], object], device: torch.device) -> float:
