@@ -14,6 +14,16 @@ if TYPE_CHECKING:
 MAX_FORCED_BYTES = 4096
 
 
+def copy_mask(mask: np.ndarray, row: np.ndarray) -> None:
+    """`mask` (ceil(V/32) words) into the front of `row`, the rest of `row` zeroed (padding ids never allowed)."""
+    words = mask.shape[0]
+    if row.shape[0] == words:
+        np.copyto(row, mask)
+        return
+    row[:words] = mask
+    row[words:] = 0
+
+
 class _Position(NamedTuple):
     state: int
     eos_accepted: bool
@@ -61,13 +71,7 @@ class Matcher:
         `row` holds at least ceil(V/32) words for the vocabulary's V tokens; extra words (a model whose logits
         are padded past the tokenizer's vocabulary) are zeroed, so padding ids are never allowed."""
         pos = self._history[-1]
-        mask = self._grammar.vocab.eos_mask if pos.eos_accepted else self._grammar.mask(pos.state)
-        words = mask.shape[0]
-        if row.shape[0] == words:
-            np.copyto(row, mask)
-        else:
-            row[:words] = mask
-            row[words:] = 0
+        copy_mask(self._grammar.vocab.eos_mask if pos.eos_accepted else self._grammar.mask(pos.state), row)
 
     def allowed_token_ids(self) -> np.ndarray:
         """The allowed ids as an int array (convenience for tests and samplers without a bitmask kernel)."""

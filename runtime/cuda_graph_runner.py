@@ -16,8 +16,10 @@ are padding, which
     reads token 0 at position 0, writes its K/V to the reserved slot kv_pool.PADDING_SLOT (never read), and has
     seq_len 0, so decode attention reads nothing and returns zeros for it;
 
-their logits rows are computed and dropped. Invariant: rows >= `self._live_rows` of the static buffers hold
-padding values, so a step only rewrites the rows a larger earlier batch left behind.
+their logits rows are computed and dropped. A multi-token batch's tokens are packed at the front of the token
+buffers; the tokens after them are padding of the same kind, and belong to no request. Invariant: rows >=
+`self._live_rows` and tokens >= `self._live_tokens` of the static buffers hold padding values, so a step only
+rewrites what a larger earlier batch left behind.
 
 The split count of the decode attention kernel depends on (batch, max_seq_len) and is baked into a graph, so
 every graph is captured with max_seq_len = the context length; the kernels read the real lengths from

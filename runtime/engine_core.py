@@ -178,18 +178,18 @@ class EngineCore:
                 return
         if self.on_step is not None:
             self.on_step(batch)
-        constrained = sum(it.req.matcher is not None for it in batch.items)
+        constrained = sum(it.req.matcher is not None for it in batch.items) if self.vocab is not None else 0
         grammar_before = self.counters.grammar_seconds
         try:
-            self._launch(batch, prev)
+            self._launch(batch, prev, constrained > 0)
         finally:
             if constrained:
                 self.counters.grammar_request_steps += constrained
                 self.grammar_us_per_request.add((self.counters.grammar_seconds - grammar_before) * 1e6 / constrained)
 
-    def _launch(self, batch: ScheduleBatch, prev: SampledStep | None) -> None:
+    def _launch(self, batch: ScheduleBatch, prev: SampledStep | None, constrained: bool) -> None:
         if prev is not None:
-            self._overlapped_step(batch, prev)
+            self._overlapped_step(batch, prev, constrained)
             return
         fb, rows = build_forward_batch(batch, self.scheduler, self.req_rows.req_to_token, self.device)
         logits = self._forward(batch, fb)
@@ -216,7 +216,7 @@ class EngineCore:
         c.preemptions = self.scheduler.num_preemptions
         return logits
 
-    def _overlapped_step(self, batch: ScheduleBatch, prev: SampledStep) -> None:
+    def _overlapped_step(self, batch: ScheduleBatch, prev: SampledStep, constrained: bool) -> None:
         """Launch `batch`, the next decode of the in-flight step's requests, its input tokens read on the device
         from that step's samples, and only then deliver those samples: the host's per-request work overlaps the
         device's forward (SGLang's overlap scheduler). The new samples stay in flight in turn."""
@@ -232,7 +232,7 @@ class EngineCore:
         self.counters.overlapped_steps += 1
         sb = prev.sb if everyone else prev.sb.filter(keep)
         sampling = (sb, [prev.counted[j] + 1 for j in keep])
-        if any(it.req.matcher is not None for it in batch.items):
+        if constrained:
             # The matchers must see the in-flight tokens before they fill this step's masks: deliver first (the
             # forward runs meanwhile), then sample. A request whose delivery jumped forward has a stale sample.
             stale = self._deliver(prev, batch)

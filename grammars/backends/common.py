@@ -1,16 +1,16 @@
-"""What the peer backends' adapters share: a bounded cache, their tokenizer object per vocabulary, the mask row
-view their fills write into, and the refusal of a constraint kind a peer lacks."""
+"""What the peer backends' adapters share: bounded caches (grammars/lru.py), their tokenizer object per
+vocabulary, the mask row view their fills write into, their empty reports, and the refusal of a constraint kind
+a peer lacks."""
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
 import numpy as np
 
 from radixgen.grammars.backend import Encode
+from radixgen.grammars.lru import ByteLru
 from radixgen.grammars.vocabulary import Vocabulary
 
 
@@ -20,34 +20,26 @@ def unsupported_kind(backend: str, kind: str, why: str) -> ValueError:
                       f"use grammar_backend='radixgen'")
 
 
-K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
 
-class BoundedCache(Generic[K, V]):
-    """A thread-safe map keeping the `size` entries used most recently; `get_or_build` builds a missing one
-    outside the lock (two threads may both build it; the first stored wins)."""
+def get_or_build(cache: ByteLru[V], key: Hashable, build: Callable[[], V]) -> V:
+    """`cache`'s value for `key`, built (outside its lock) and stored when missing; the cache counts entries
+    (each stored with size 1), so its bound is a number of entries."""
+    found = cache.get(key)
+    return found if found is not None else cache.put(key, build(), 1)
 
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._items: OrderedDict[K, V] = OrderedDict()
-        self._lock = threading.Lock()
 
-    def get_or_build(self, key: K, build: Callable[[], V]) -> V:
-        with self._lock:
-            if key in self._items:
-                self._items.move_to_end(key)
-                return self._items[key]
-        value = build()
-        with self._lock:
-            value = self._items.setdefault(key, value)
-            self._items.move_to_end(key)
-            while len(self._items) > self.size:
-                self._items.popitem(last=False)
-        return value
+class NoReports:
+    """A peer's compiled grammar: peers list no relaxations or narrowings."""
 
-    def __len__(self) -> int:
-        return len(self._items)
+    @property
+    def relaxations(self) -> tuple[str, ...]:
+        return ()
+
+    @property
+    def narrowings(self) -> tuple[str, ...]:
+        return ()
 
 
 class PerVocabulary(Generic[V]):
@@ -56,18 +48,11 @@ class PerVocabulary(Generic[V]):
 
     def __init__(self, build: Callable[[Vocabulary, Encode | None], V], size: int = 4) -> None:
         self._build = build
-        self._cache: BoundedCache[int, tuple[Vocabulary, V]] = BoundedCache(size)
+        self._cache: ByteLru[tuple[Vocabulary, V]] = ByteLru(size)
 
     def get(self, vocab: Vocabulary, encode: Encode | None = None) -> V:
         """The object built for `vocab` (with the first call's `encode`: the tokenizer `vocab` was read from)."""
-        return self._cache.get_or_build(id(vocab), lambda: (vocab, self._build(vocab, encode)))[1]
-
-
-def copy_mask(mask: np.ndarray, row: np.ndarray) -> None:
-    """`mask` (ceil(V/32) words) into the front of `row`, the rest of `row` zeroed."""
-    words = mask.shape[0]
-    row[:words] = mask
-    row[words:] = 0
+        return get_or_build(self._cache, id(vocab), lambda: (vocab, self._build(vocab, encode)))[1]
 
 
 def mask_view(row: np.ndarray, words: int) -> np.ndarray:

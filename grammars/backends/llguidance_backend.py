@@ -17,9 +17,10 @@ import llguidance.numpy as llg_numpy
 import numpy as np
 
 from radixgen.grammars.backend import Encode, GrammarBackendName
-from radixgen.grammars.backends.common import BoundedCache, PerVocabulary, mask_view
+from radixgen.grammars.backends.common import NoReports, PerVocabulary, get_or_build, mask_view
 from radixgen.grammars.constraint import Constraint
 from radixgen.grammars.errors import GrammarError
+from radixgen.grammars.lru import ByteLru
 from radixgen.grammars.vocabulary import Vocabulary
 
 if TYPE_CHECKING:
@@ -79,14 +80,14 @@ class LLGuidanceBackend:
     def __init__(self, vocab: Vocabulary, encode: Encode | None = None) -> None:
         self.vocab = vocab
         self._tokenizer = _TOKENIZERS.get(vocab, encode)
-        self._compiled: BoundedCache[Constraint, LLGuidanceGrammar] = BoundedCache(COMPILED_GRAMMARS)
+        self._compiled: ByteLru[LLGuidanceGrammar] = ByteLru(COMPILED_GRAMMARS)  # counted by entries
 
     @property
     def name(self) -> GrammarBackendName:
         return "llguidance"
 
     def compile(self, constraint: Constraint) -> LLGuidanceGrammar:
-        return self._compiled.get_or_build(constraint, lambda: self._build(constraint))
+        return get_or_build(self._compiled, constraint, lambda: self._build(constraint))
 
     def _build(self, constraint: Constraint) -> LLGuidanceGrammar:
         try:
@@ -99,20 +100,12 @@ class LLGuidanceBackend:
         return LLGuidanceGrammar(prototype, self.vocab)
 
 
-class LLGuidanceGrammar:
+class LLGuidanceGrammar(NoReports):
     """A validated prototype matcher; each request's matcher is a copy. Reports no relaxations or narrowings."""
 
     def __init__(self, prototype: llg.LLMatcher, vocab: Vocabulary) -> None:
         self.prototype = prototype
         self.vocab = vocab
-
-    @property
-    def relaxations(self) -> tuple[str, ...]:
-        return ()
-
-    @property
-    def narrowings(self) -> tuple[str, ...]:
-        return ()
 
     def matcher(self) -> LLGuidanceMatcher:
         return LLGuidanceMatcher(self.prototype.deep_copy(), self.vocab)

@@ -16,9 +16,10 @@ import numpy as np
 import xgrammar as xgr
 
 from radixgen.grammars.backend import Encode, GrammarBackendName
-from radixgen.grammars.backends.common import PerVocabulary, copy_mask, mask_view, unsupported_kind
+from radixgen.grammars.backends.common import NoReports, PerVocabulary, mask_view, unsupported_kind
 from radixgen.grammars.constraint import Constraint
 from radixgen.grammars.errors import GrammarError
+from radixgen.grammars.matcher import copy_mask
 from radixgen.grammars.vocabulary import Vocabulary
 
 COMPILE_CACHE_BYTES = 512 << 20  # the compiler's cache of compiled grammars, per vocabulary
@@ -65,20 +66,12 @@ class XGrammarBackend:
         return XGrammarGrammar(compiled, self.vocab)
 
 
-class XGrammarGrammar:
+class XGrammarGrammar(NoReports):
     """One compiled XGrammar grammar; it reports no relaxations or narrowings (XGrammar lists none)."""
 
     def __init__(self, compiled: xgr.CompiledGrammar, vocab: Vocabulary) -> None:
         self.compiled = compiled
         self.vocab = vocab
-
-    @property
-    def relaxations(self) -> tuple[str, ...]:
-        return ()
-
-    @property
-    def narrowings(self) -> tuple[str, ...]:
-        return ()
 
     def matcher(self) -> XGrammarMatcher:
         return XGrammarMatcher(self)
