@@ -8,7 +8,8 @@ and nesting depths that share a frame share its walk (XGrammar's context-indepen
 per frame). Frames are keyed by their lookahead representatives, so the positions of a long bounded
 repetition share walks too, and the few tokens longer than that lookahead are checked one by one. Walks
 inside a shared terminal (a JSON string, a number) are cached per vocabulary and reused by every grammar
-(terminal_walks.py).
+(terminal_walks.py). A frame below a pop set steps the distinct suffixes below those nodes, merged once per
+vocabulary (suffix_walks.py), not every subtree.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from radixgen.grammars.automaton import (
 from radixgen.grammars.bytedfa import ByteDFA, start_distances
 from radixgen.grammars.lookahead import lookahead_representatives
 from radixgen.grammars.pda import PdaTables, called_states
+from radixgen.grammars.suffix_walks import suffix_walk
 from radixgen.grammars.terminal_walks import TerminalHandoff, sorted_unique, terminal_top_walk
 from radixgen.grammars.token_walk import WalkResult, nodes_to_mask, walk_mask, walk_trie
 from radixgen.grammars.vocabulary import Run, Vocabulary
@@ -91,6 +93,7 @@ def _warm(vocab: Vocabulary) -> None:
     vocab.trie.lists()
     vocab.trie.node_tokens(np.zeros(1, dtype=np.int64))
     _ = vocab.long_token_witnesses, vocab.long_token_runs, vocab.long_token_paths, vocab.eos_mask
+    _ = vocab.subtree_sizes
 
 
 def _witnessed(vocab: Vocabulary, shared: np.ndarray) -> list[bool]:
@@ -135,6 +138,7 @@ def _stacks_verdict(tops: list[tuple[ByteDFA, int] | None], run: Run) -> bool | 
     return False if all(v is False for v in verdicts) else None
 
 
+SUFFIX_TRIE_NODES = 4096  # pop sets whose subtrees hold at most this many trie nodes are walked by suffix
 PRECOMPUTE_REGEX_BYTES = 16  # regex states with at most this many live bytes are walked at compile time
 
 
@@ -168,6 +172,7 @@ class MaskCache:
         self._node_ids: dict[bytes, int] = {}  # see `_node_set`
         self._node_sets: list[np.ndarray] = []
         self._pops_on_long: dict[int, bool] = {}  # see `_on_long_tokens`
+        self._pops_merge: dict[int, bool] = {}  # see `_merges_well`
         self._lock = threading.Lock()
         self._representatives: list[int] | None = None  # per PDA state, see `_lookahead`
         self._restored: PrecomputedMasks | None = None  # see `restore`
@@ -344,7 +349,8 @@ class MaskCache:
         1. The top frame alone (the relative stack `(MARK, f_1)`, walked at compile time; inside a shared
            terminal, from the terminal's walk cached per vocabulary): every token that never pops `f_1`,
            and the trie nodes where `f_1`'s rule may end (its pops).
-        k. From those pops, frame `f_k` alone: `(MARK, f_k)` closed, walked from each pop node on. Its key is
+        k. From those pops, frame `f_k` alone: `(MARK, f_k)` closed, walked from each pop node on (over the
+           merged suffixes below the pops where their subtrees are small, `_merges_well`). Its key is
            (frame, pop nodes), so deep stacks and different paths that reach the same frame with the same
            pops share it. The root frame `f_d` is walked as itself (no MARK): that walk is exact.
         Most tokens pop a frame or two at most, so the chain is short. A stack that is one root frame is its
@@ -419,11 +425,24 @@ class MaskCache:
             entry = _FrameWalk(_frozen(np.zeros(self.vocab.mask_words, dtype=np.int32)), None)
         else:
             nodes = self._node_sets[pops]
-            starts = np.full(nodes.shape[0], start, dtype=np.int64)
-            entry = self._entry(walk_trie(automaton, starts, self.vocab.trie, nodes, escapes=not root,
-                                          handoff=self._handoff, start_parents=starts, past_escapes=True))
+            if self._merges_well(pops):
+                walk = suffix_walk(self.vocab, automaton, start, nodes, not root, self._handoff)
+                entry = _FrameWalk(_frozen(walk.packed), self._node_set(walk.escape_nodes))
+            else:
+                starts = np.full(nodes.shape[0], start, dtype=np.int64)
+                entry = self._entry(walk_trie(automaton, starts, self.vocab.trie, nodes, escapes=not root,
+                                              handoff=self._handoff, start_parents=starts, past_escapes=True))
         with self._lock:
             return self._frames.setdefault(key, entry)
+
+    def _merges_well(self, pops: int) -> bool:
+        """The subtrees below the pop nodes `pops` are small enough to merge by suffix (suffix_walks.py); larger
+        ones (a pop near the root) are walked level by level instead."""
+        found = self._pops_merge.get(pops)
+        if found is None:
+            total = int(self.vocab.subtree_sizes[self._node_sets[pops]].sum())
+            found = self._pops_merge[pops] = total <= SUFFIX_TRIE_NODES
+        return found
 
     def _on_long_tokens(self, pops: int) -> bool:
         """Some of the pop nodes `pops` lie on the path of a token longer than the split length."""

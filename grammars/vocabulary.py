@@ -76,16 +76,19 @@ class TokenTrie:
             object.__setattr__(self, "_lists", cached)
         return cached
 
-    def node_tokens(self, nodes: np.ndarray) -> np.ndarray:
-        """Token ids spelled by `nodes` (several ids when byte strings repeat; none for inner nodes)."""
-        order: tuple[np.ndarray, np.ndarray] | None = self.__dict__.get("_node_order")
+    def _node_order(self) -> tuple[np.ndarray, np.ndarray]:
+        """(node of each token id spelling a node, sorted; those token ids in the same order), built once."""
+        order: tuple[np.ndarray, np.ndarray] | None = self.__dict__.get("_node_order_arrays")
         if order is None:
             ids = np.flatnonzero(self.token_node >= 0)
             by_node = ids[np.argsort(self.token_node[ids], kind="stable")]
-            keys = self.token_node[by_node]
-            order = (keys, by_node)
-            object.__setattr__(self, "_node_order", order)
-        keys, by_node = order
+            order = (self.token_node[by_node], by_node)
+            object.__setattr__(self, "_node_order_arrays", order)
+        return order
+
+    def node_tokens(self, nodes: np.ndarray) -> np.ndarray:
+        """Token ids spelled by `nodes` (several ids when byte strings repeat; none for inner nodes)."""
+        keys, by_node = self._node_order()
         lo = np.searchsorted(keys, nodes, side="left")
         hi = np.searchsorted(keys, nodes, side="right")
         counts = hi - lo
@@ -95,6 +98,15 @@ class TokenTrie:
         total = int(counts.sum())
         starts = np.repeat(lo - (np.cumsum(counts) - counts), counts) + np.arange(total)
         return by_node[starts]
+
+    def node_token_counts(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(token ids spelled by `nodes`, grouped in the order of `nodes`; how many each node spells)."""
+        keys, by_node = self._node_order()
+        lo = np.searchsorted(keys, nodes, side="left")
+        counts = np.searchsorted(keys, nodes, side="right") - lo
+        total = int(counts.sum())
+        starts = np.repeat(lo - (np.cumsum(counts) - counts), counts) + np.arange(total)
+        return by_node[starts], counts
 
     def path(self, ancestor: int, node: int) -> bytes:
         """The bytes leading from `ancestor` down to its descendant `node`."""
@@ -208,6 +220,17 @@ class Vocabulary:
     @cached_property
     def trie(self) -> TokenTrie:
         return TokenTrie.build(self.token_bytes, self.special_ids)
+
+    @cached_property
+    def subtree_sizes(self) -> np.ndarray:
+        """int64 per trie node: the nodes of its subtree, itself included."""
+        trie = self.trie
+        sizes = np.ones(trie.num_nodes, dtype=np.int64)
+        levels = trie.level_start
+        for depth in range(len(levels) - 2, 0, -1):  # children before parents, a level at a time
+            lo, hi = int(levels[depth]), int(levels[depth + 1])
+            np.add.at(sizes, trie.node_parent[lo:hi], sizes[lo:hi])
+        return sizes
 
     @cached_property
     def eos_mask(self) -> np.ndarray:
