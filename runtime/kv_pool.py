@@ -35,8 +35,8 @@ class KVPool:
         self.dtype = dtype
         self.device = torch.device(device)
         shape = (num_slots, num_kv_heads, head_dim)
-        self.k_buffers = [_zeroed(shape, dtype, self.device) for _ in range(num_layers)]
-        self.v_buffers = [_zeroed(shape, dtype, self.device) for _ in range(num_layers)]
+        self.k_buffers = [lazy_zeros(shape, dtype, self.device) for _ in range(num_layers)]
+        self.v_buffers = [lazy_zeros(shape, dtype, self.device) for _ in range(num_layers)]
 
     @classmethod
     def for_model(cls, config: ModelConfig, num_slots: int, dtype: torch.dtype,
@@ -52,15 +52,18 @@ class KVPool:
         return sum(b.numel() * b.element_size() for b in self.k_buffers + self.v_buffers)
 
 
-def _zeroed(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+def lazy_zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
     """A zero tensor. On the CPU it lives in an anonymous memory map: the OS hands out zero pages as they are
-    first written, so a large pool costs memory only for the slots in use (torch.zeros would touch every page)."""
+    first written, so a large buffer costs memory only for the parts in use (torch.zeros would touch every page).
+    The map is unmapped when the last tensor viewing it goes."""
+    device = torch.device(device)
     if device.type != "cpu":
         return torch.zeros(shape, dtype=dtype, device=device)
-    nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    count = math.prod(shape)
+    nbytes = count * torch.empty((), dtype=dtype).element_size()
     with warnings.catch_warnings():  # the map is writable; torch warns about buffers in general
         warnings.simplefilter("ignore", UserWarning)
-        return torch.frombuffer(mmap.mmap(-1, max(nbytes, 1)), dtype=dtype, count=math.prod(shape)).view(shape)
+        return torch.frombuffer(mmap.mmap(-1, max(nbytes, 1)), dtype=dtype, count=count).view(shape)
 
 
 CPU_KV_BUDGET_BYTES = 1 << 30  # the CPU pool's default size (memory there is shared with everything else)
@@ -133,7 +136,8 @@ class ReqToTokenPool:
     def __init__(self, max_requests: int, max_context: int, device: torch.device | str) -> None:
         self.max_requests = max_requests
         self.max_context = max_context
-        self.req_to_token = torch.zeros((max_requests, max_context), dtype=torch.int32, device=device)
+        # Zero pages on demand: a row costs memory once a request writes its positions.
+        self.req_to_token = lazy_zeros((max_requests, max_context), torch.int32, device)
         self._free_rows = list(range(max_requests - 1, -1, -1))
         # How many times each row was handed out: (row, allocations[row]) names one holder, so state kept per row
         # (runtime/attention/decode_kv_copies.py) is never read for the next request that gets the row.

@@ -1,10 +1,12 @@
 """A newcomer's first ten minutes: clone the repository, run the README's commands as written (slow).
 
 The clone is of the committed tree, into a temporary folder, with a fresh virtual environment and a fresh
-model cache. The commands are read from README.md's "Install and test" and "Quickstart" sections: every line
-of their `bash` blocks runs in the clone (the CPU torch command only where CUDA is absent, as the README says),
-then the README's program. The clone's own `pytest` must pass with no test skipped for a missing model or
-data file.
+model cache. The environment sees the packages of the one running this test (`--system-site-packages`), so the
+README's pip commands find torch and the other requirements installed and download none of them again; what
+they install is radixgen itself, editable, from the clone (checked). The commands are read from README.md's
+"Install and test" and "Quickstart" sections: every line of their `bash` blocks runs in the clone (the CPU
+torch command only where CUDA is absent, as the README says), then the README's program. The clone's own
+`pytest` must pass with no test skipped for a missing model or data file.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ def test_readme_commands_in_a_fresh_clone(tmp_path):
 
     clone, venv, cache = tmp_path / "radixgen", tmp_path / "venv", tmp_path / "cache"
     subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
     env = {k: v for k, v in os.environ.items() if k not in ("RADIXGEN_SLOW", "VIRTUAL_ENV", "PYTHONPATH")}
     env.update(PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}", VIRTUAL_ENV=str(venv),
                RADIXGEN_CACHE_DIR=str(cache))
@@ -78,13 +80,19 @@ def test_readme_commands_in_a_fresh_clone(tmp_path):
             assert unexpected == [], "\n".join(unexpected)
         else:
             sh(command, timeout=3600)
+    # From another folder: in the clone's root, `import radixgen` finds the clone's folder whatever is installed.
+    where = sh("cd / && python -c 'import radixgen.lang; print(radixgen.lang.__file__)'", timeout=120).stdout.strip()
+    assert Path(where).is_relative_to(clone), f"radixgen imports from {where}, not from the clone"
 
     quickstart = readme_section(readme, "Quickstart")
     for command in commands(quickstart):
         proc = sh(command, timeout=600)
         if command.startswith("radixgen generate ") and "France" in command:
             assert "Paris" in proc.stdout, proc.stdout
-    program = tmp_path / "readme_program.py"
+    # In a folder of its own: beside the clone (a folder named radixgen), the script's folder on sys.path would
+    # make `import radixgen` that folder as a namespace package instead of the installed one.
+    program = tmp_path / "program" / "readme_program.py"
+    program.parent.mkdir()
     program.write_text(next(b for b in code_blocks(quickstart, "python") if "import radixgen" in b))
     proc = sh(f"python {shlex.quote(str(program))}", timeout=600)
     assert proc.stdout.strip(), proc.stderr

@@ -30,6 +30,7 @@ import torch
 from radixgen import kernels
 from radixgen.runtime.attention.backend import Rows
 from radixgen.runtime.forward_batch import ForwardBatch
+from radixgen.runtime.kv_pool import lazy_zeros
 
 HEADROOM = 64  # positions (and rounding) each request can grow before the buffers are reallocated larger
 ROW_ROUNDING = 8  # buffer rows come in multiples of this, so requests can join without a reallocation
@@ -212,20 +213,20 @@ class DecodeKVCopies:
 
     def _grow(self, positions: int) -> bool:
         """Longer buffers (at least 1.5x as long: growth is a copy of everything held) with every row's contents
-        kept. Each new byte is written once, the held columns by the copy and only the rest zeroed: the growth's
-        cost is writing (and, on fresh memory, faulting in) the new buffers."""
+        kept. Only the rows that hold positions are copied; the rest stay untouched zero pages (`_reserve`)."""
         old_k, old_v, held = self._k, self._v, self._k[0].shape[2]
         positions = max(positions + HEADROOM, held + held // 2)
         positions = -(-positions // HEADROOM) * HEADROOM
         shape = (old_k[0].shape[0], self.num_kv_heads, positions, self.head_dim)
         if 2 * self.num_layers * int(np.prod(shape)) * old_k[0].element_size() > self.max_bytes:
             return False
+        in_use = np.flatnonzero((self._len > 0) | (self._holder >= 0))
+        rows = int(in_use[-1]) + 1 if len(in_use) else 0
         self._k, self._v = [], []
         for old, new in ((old_k, self._k), (old_v, self._v)):
             while old:
-                buf = torch.empty(shape, dtype=self.dtype)
-                buf[:, :, :held] = old.pop(0)
-                buf[:, :, held:].zero_()  # finite: masked columns still enter P @ V with weight 0 (see _reserve)
+                buf = lazy_zeros(shape, self.dtype, "cpu")
+                buf[:rows, :, :held] = old.pop(0)[:rows]
                 new.append(buf)
         slots = np.zeros((shape[0], shape[2]), dtype=np.int32)
         slots[:, :held] = self._slots
@@ -244,8 +245,9 @@ class DecodeKVCopies:
                 self._resize_rows(0, 0)
                 return False
             # Zeros, not empty: masked columns still enter the attention's P @ V with weight 0, and 0 * NaN is NaN.
-            self._k = [torch.zeros(shape, dtype=self.dtype) for _ in range(self.num_layers)]
-            self._v = [torch.zeros(shape, dtype=self.dtype) for _ in range(self.num_layers)]
+            # Zero pages on demand: the rows (and columns) no request has written cost no memory.
+            self._k = [lazy_zeros(shape, self.dtype, "cpu") for _ in range(self.num_layers)]
+            self._v = [lazy_zeros(shape, self.dtype, "cpu") for _ in range(self.num_layers)]
         self._resize_rows(self._k[0].shape[0], self._k[0].shape[2])
         return True
 
@@ -255,5 +257,9 @@ class DecodeKVCopies:
         self._len = np.zeros(n, dtype=np.int64)  # buffer row -> positions it holds (from the start)
         self._slots = np.zeros((n, positions), dtype=np.int32)  # buffer row -> the slots its columns came from
 
+    def buffers(self) -> tuple[torch.Tensor, ...]:
+        """Every layer's K buffer, then every layer's V buffer (none before the first decode)."""
+        return (*self._k, *self._v)
+
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self._k + self._v)
+        return sum(t.numel() * t.element_size() for t in self.buffers())
