@@ -6,7 +6,7 @@ it; `grammar=` (Lark or EBNF text) is radixgen's addition.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from radixgen.grammars.constraint import Constraint
@@ -14,6 +14,7 @@ from radixgen.lang.choices import check_method
 from radixgen.lang.expr import Expr, ExprList, Gen, RoleBegin, RoleEnd, Select, check_choices, role_expr
 from radixgen.lang.schema import schema_text
 from radixgen.lang.spec import DTYPE_NAMES, DTYPE_REGEX, GenSpec, grammar_constraint, stop_strings, token_ids
+from radixgen.lang.tools import GenTools, ToolLike, tools_constraint
 
 
 def gen(
@@ -40,11 +41,19 @@ def gen(
     regex: str | None = None,
     json_schema: Any | None = None,
     grammar: str | None = None,
+    tools: Sequence[ToolLike] | None = None,
+    tool_choice: str | Mapping[str, Any] = "auto",
+    tool_format: str = "hermes",
+    parallel_tool_calls: bool = True,
 ) -> Expr:
     """Generate a span named `name`. With `choices` it is a `select`; at most one of regex / json_schema /
     grammar / dtype constrains the output. `n > 1` samples n answers after the same text: the variable holds
     the list, the text continues with the first. `logprob_start_len` and `return_text_in_logprobs` are accepted so
-    that SGLang programs run unchanged; a gen's logprobs always start at its first generated token."""
+    that SGLang programs run unchanged; a gen's logprobs always start at its first generated token.
+
+    With `tools` (FunctionSpecs or OpenAI tool dicts) the output is constrained to calls of them in
+    `tool_format` once it opens a call (`tool_choice` "auto"), or at once ("required", or a function's name);
+    `s.get_meta_info(name)` then holds `tool_calls` ([{name, arguments}]) and `content`."""
     if choices is not None:
         return select(name, choices, temperature or 0.0, choices_method or "token_length_normalized")
     if n is not None and (not isinstance(n, int) or n < 1):
@@ -54,11 +63,14 @@ def gen(
             raise TypeError(f"dtype must be one of {sorted(DTYPE_NAMES)}; got {dtype!r}")
         dtype = DTYPE_NAMES[dtype]
     given = [k for k, v in (("regex", regex), ("json_schema", json_schema), ("grammar", grammar),
-                            ("dtype", dtype)) if v is not None]
+                            ("dtype", dtype), ("tools", tools)) if v is not None]
     if len(given) > 1:
-        raise ValueError(f"gen takes at most one of regex/json_schema/grammar/dtype, got {given}")
+        raise ValueError(f"gen takes at most one of regex/json_schema/grammar/dtype/tools, got {given}")
     constraint: Constraint | None = None
-    if regex is not None:
+    gen_tools: GenTools | None = None
+    if tools is not None:
+        constraint, gen_tools = tools_constraint(tools, tool_choice, tool_format, parallel_tool_calls)
+    elif regex is not None:
         constraint = Constraint("regex", regex)
     elif json_schema is not None:
         constraint = Constraint("json_schema", schema_text(json_schema))
@@ -74,7 +86,7 @@ def gen(
         frequency_penalty=frequency_penalty, presence_penalty=presence_penalty, ignore_eos=ignore_eos,
         return_logprob=return_logprob, top_logprobs_num=top_logprobs_num, constraint=constraint,
     )
-    return Gen(name, spec, dtype, n or 1)
+    return Gen(name, spec, dtype, n or 1, gen_tools)
 
 
 def gen_int(name: str | None = None, **kwargs: Any) -> Expr:

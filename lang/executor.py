@@ -29,6 +29,7 @@ from radixgen.lang.expr import (
     VarScopeEnd,
 )
 from radixgen.lang.spec import GenSpec, convert_dtype
+from radixgen.lang.tools import tool_meta
 
 _STAMPS = itertools.count()
 
@@ -216,7 +217,7 @@ class StreamExecutor:
         _raise_if_aborted(meta)
         if item.name is not None:
             self.set_var(item.name, convert_dtype(text, item.dtype))
-            self.meta_info[item.name] = meta
+            self.meta_info[item.name] = meta if item.tools is None else {**meta, **tool_meta(text, item.tools)}
             self.log.add(item.name, None)
 
     def _select(self, item: Select) -> None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from radixgen.lang.spec import GenSpec
+from radixgen.lang.tools import GenTools
 
 ROLES = ("system", "user", "assistant")
 
@@ -39,6 +40,7 @@ class Gen(Expr):
     spec: GenSpec
     dtype: type | None = None
     n: int = 1
+    tools: GenTools | None = None  # gen(tools=...): calls are read back into the meta info
 
 
 @dataclass(frozen=True, eq=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import subprocess
 import sys
@@ -36,7 +37,8 @@ def backend(engine):
 
 
 def test_every_example_has_a_test():
-    tested = {"quickstart", "chat", "tree_of_thought", "react_agent", "batch", "json_extraction", "regex_constraints"}
+    tested = {"quickstart", "chat", "tree_of_thought", "react_agent", "batch", "json_extraction", "regex_constraints",
+              "tool_agent"}
     assert {p.stem for p in EXAMPLES.glob("*.py")} == tested
 
 
@@ -92,6 +94,17 @@ def test_regex_constraints(backend, engine):
 
 
 @pytest.mark.slow
+def test_tool_agent(backend):
+    import jsonschema
+
+    module = load("tool_agent")
+    out = module.run(backend, max_tokens=48)
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in module.TOOLS}
+    assert out["calls"] and out["calls"][0]["name"] == "get_weather"
+    for call in out["calls"]:
+        jsonschema.validate(json.loads(call["arguments"]), schemas[call["name"]])
+
+
 def test_quickstart_runs_as_one_command(default_model_path):
     proc = subprocess.run([sys.executable, str(EXAMPLES / "quickstart.py"), "--model", str(default_model_path),
                            "--max-tokens", "4"], capture_output=True, text=True, timeout=300, check=False)

@@ -17,10 +17,12 @@ import os
 import signal
 import socket
 import threading
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
+from radixgen.grammars.tool_formats import TOOL_FORMATS
 from radixgen.runtime.engine_config import EngineConfig
 from radixgen.runtime.errors import RadixgenError
 from radixgen.server.app import create_app
@@ -53,6 +55,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES, help="request body size limit")
     p.add_argument("--shutdown-grace", type=float, default=30.0,
                    help="seconds in-flight requests get to finish after SIGTERM")
+    p.add_argument("--chat-template", default=None, metavar="FILE",
+                   help="a Jinja chat template replacing the model's own on /v1/chat/completions")
+    p.add_argument("--tool-call-format", default=None, choices=TOOL_FORMATS,
+                   help="how the model writes tool calls (default: read from the chat template, else hermes)")
     engine = p.add_argument_group("engine options (radixgen.Engine's keyword options)")
     defaults = EngineConfig()
     for f in _engine_fields():
@@ -78,7 +84,25 @@ def engine_options(args: argparse.Namespace) -> dict[str, Any]:
 def settings_from(args: argparse.Namespace) -> ServerSettings:
     return ServerSettings(host=args.host, port=args.port, api_key=args.api_key or None,
                           max_body_bytes=args.max_body_bytes, served_model_name=args.served_model_name,
-                          shutdown_grace=args.shutdown_grace)
+                          shutdown_grace=args.shutdown_grace, chat_template=read_chat_template(args.chat_template),
+                          tool_call_format=args.tool_call_format)
+
+
+def read_chat_template(path: str | None) -> str | None:
+    """The text of `--chat-template FILE` (checked to compile), or None."""
+    if path is None:
+        return None
+    from radixgen.tokenizer.chat_template import compile_chat_template
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ValueError(f"--chat-template {path}: {exc.strerror or exc}") from None
+    try:
+        compile_chat_template(text)
+    except Exception as exc:
+        raise ValueError(f"--chat-template {path}: not a valid Jinja template: {exc}") from None
+    return text
 
 
 def check_arguments(args: argparse.Namespace) -> None:
@@ -90,6 +114,7 @@ def check_arguments(args: argparse.Namespace) -> None:
     check_at_least("--shutdown-grace", args.shutdown_grace, 0.0)
     check_at_least("--max-body-bytes", args.max_body_bytes, 1)
     check_device(args.device)
+    read_chat_template(args.chat_template)
 
 
 def _listen_error(host: str, port: int, exc: OSError) -> ListenError:

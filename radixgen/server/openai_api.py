@@ -1,4 +1,5 @@
-"""The OpenAI-compatible routes: /v1/models, /v1/completions, /v1/chat/completions (whole or streamed).
+"""The OpenAI-compatible routes: /v1/models (and /v1/models/{id}), /v1/completions, /v1/chat/completions (whole
+or streamed; a chat choice's text is read back as reasoning, content and tool calls by chat_output.py).
 
 Choice i of prompt p is sub-request p * n + i. Logprobs are taken from the engine's meta_info, which arrives
 with a sub-request's last chunk, so a stream carries each choice's logprobs on its final chunk.
@@ -12,6 +13,7 @@ from typing import Any
 from aiohttp import web
 
 from radixgen.server import sse
+from radixgen.server.chat_output import ChoiceStream, assistant_message, finish_with_calls
 from radixgen.server.errors import ApiError, json_response
 from radixgen.server.fields import parse_json_object
 from radixgen.server.generation import Generation, Output, failure_message
@@ -92,16 +94,29 @@ def _completion_choice(state: ServerState, req: OpenAIRequest, index: int, out: 
 
 def _chat_choice(state: ServerState, req: OpenAIRequest, index: int, out: Output) -> dict:
     logprobs = chat_logprobs(state.engine.tokenizer, out.meta_info, req.top_logprobs) if req.want_logprobs else None
-    return {"index": index, "message": {"role": "assistant", "content": out.text}, "logprobs": logprobs,
-            "finish_reason": finish_reason(out.meta_info), "matched_stop": matched_stop(out.meta_info)}
+    message = assistant_message(out.text, req.shape)
+    return {"index": index, "message": message, "logprobs": logprobs,
+            "finish_reason": finish_with_calls(finish_reason(out.meta_info), "tool_calls" in message),
+            "matched_stop": matched_stop(out.meta_info)}
 
 
 # ------------------------------------------------------------------------------------------------ routes
-async def list_models(request: web.Request) -> web.Response:
-    state = request.app[STATE]
-    card = {"id": state.model_name, "object": "model", "created": int(state.started_at), "owned_by": "radixgen",
+def _model_card(state: ServerState) -> dict:
+    return {"id": state.model_name, "object": "model", "created": int(state.started_at), "owned_by": "radixgen",
             "max_model_len": state.context_length}
-    return json_response({"object": "list", "data": [card]})
+
+
+async def list_models(request: web.Request) -> web.Response:
+    return json_response({"object": "list", "data": [_model_card(request.app[STATE])]})
+
+
+async def retrieve_model(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    model_id = request.match_info["model_id"]
+    if model_id != state.model_name:
+        raise ApiError(404, f"model {model_id!r} not found; this server serves {state.model_name!r}", param="model",
+                       code="model_not_found")
+    return json_response(_model_card(state))
 
 
 async def completions(request: web.Request) -> web.StreamResponse:
@@ -140,8 +155,10 @@ async def _stream(request: web.Request, state: ServerState, req: OpenAIRequest, 
         base["usage"] = None
     tok = state.engine.tokenizer
     metas: list[dict] = [{} for _ in req.subs]
+    choices = [ChoiceStream(req.shape) for _ in req.subs]
 
-    def chunk(index: int, text: str | None, meta: dict | None, first: bool = False) -> dict:
+    def chunk(index: int, text: str | None, meta: dict | None, first: bool = False,
+              delta: dict[str, Any] | None = None) -> dict:
         """One choice's event; `meta` (the sub-request's meta_info) only on its last."""
         logprobs = None
         if meta is not None and req.want_logprobs:
@@ -149,16 +166,24 @@ async def _stream(request: web.Request, state: ServerState, req: OpenAIRequest, 
                         else completion_logprobs(tok, meta, req.top_logprobs, req.echo))
         choice: dict[str, Any]
         if chat:
-            delta: dict[str, Any] = {"role": "assistant", "content": ""} if first else {}
-            if text:
-                delta["content"] = text
-            choice = {"index": index, "delta": delta, "logprobs": logprobs}
+            choice = {"index": index, "delta": {"role": "assistant", "content": ""} if first else (delta or {}),
+                      "logprobs": logprobs}
         else:
             choice = {"index": index, "text": text or "", "logprobs": logprobs}
-        choice["finish_reason"] = finish_reason(meta) if meta is not None else None
+        choice["finish_reason"] = None
         if meta is not None:
+            choice["finish_reason"] = finish_with_calls(finish_reason(meta), chat and choices[index].made_calls)
             choice["matched_stop"] = matched_stop(meta)
         return {**base, "choices": [choice]}
+
+    async def send_chat(response: web.StreamResponse, index: int, text: str, meta: dict | None) -> None:
+        """The deltas a chat choice's new text makes (reasoning, content, tool calls), the last with `meta`."""
+        deltas = choices[index].feed(text, final=meta is not None)
+        for k, delta in enumerate(deltas):
+            last = meta is not None and k == len(deltas) - 1
+            await sse.send(response, chunk(index, None, meta if last else None, delta=delta))
+        if meta is not None and not deltas:
+            await sse.send(response, chunk(index, None, meta))
 
     async def produce(response: web.StreamResponse) -> None:
         for i, sub in enumerate(req.subs):  # role first (chat), echoed prompt first (completions)
@@ -172,9 +197,15 @@ async def _stream(request: web.Request, state: ServerState, req: OpenAIRequest, 
                 failure = failure_message(piece["meta_info"])
                 if failure:
                     raise ApiError(500, f"generation failed: {failure}", type="internal_error")
-                await sse.send(response, chunk(index, piece["text"], piece["meta_info"]))
+                if chat:
+                    await send_chat(response, index, piece["text"], piece["meta_info"])
+                else:
+                    await sse.send(response, chunk(index, piece["text"], piece["meta_info"]))
             elif piece["text"]:
-                await sse.send(response, chunk(index, piece["text"], None))
+                if chat:
+                    await send_chat(response, index, piece["text"], None)
+                else:
+                    await sse.send(response, chunk(index, piece["text"], None))
         if req.include_usage:
             await sse.send(response, {**base, "choices": [], "usage": usage(req, metas)})
 
@@ -183,5 +214,6 @@ async def _stream(request: web.Request, state: ServerState, req: OpenAIRequest, 
 
 def add_routes(app: web.Application) -> None:
     app.router.add_get("/v1/models", list_models)
+    app.router.add_get("/v1/models/{model_id:.+}", retrieve_model)
     app.router.add_post("/v1/completions", completions)
     app.router.add_post("/v1/chat/completions", chat_completions)

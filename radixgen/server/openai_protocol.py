@@ -4,29 +4,47 @@ Names follow OpenAI's API; radixgen/SGLang extras (`regex`, `ebnf`, `grammar`, `
 `min_p`, `min_tokens`, `repetition_penalty`, `ignore_eos`, `stop_token_ids`, `skip_special_tokens`,
 `no_stop_trim`, `rid`) are accepted as extra body fields. An unknown field is a 400, never silently dropped.
 `response_format` maps to a constraint: `json_object` -> the JSON Schema `{"type": "object"}` (a JSON
-object, as OpenAI's JSON mode promises), `json_schema` -> its `schema` (always enforced, `strict` or not).
+object, as OpenAI's JSON mode promises), `json_schema` -> its `schema` (always enforced, `strict` or not),
+`structural_tag` -> its grammar (grammars/structural_tag.py). Chat requests may declare `tools` (the tool-call
+grammar of openai_tools.py) and reasoning options (`chat_template_kwargs`, `reasoning_effort`,
+`separate_reasoning`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from radixgen.grammars.constraint import CONSTRAINT_KINDS
+from radixgen.grammars.errors import GrammarError
+from radixgen.grammars.structural_tag import structural_tag_ebnf, structural_tag_from_dict
 from radixgen.runtime.sampling_params import OPENAI_NAMES, SamplingParams, SamplingParamsError
-from radixgen.server.errors import bad_request, from_engine_error
+from radixgen.server.chat_messages import chat_messages, written_in
+from radixgen.server.errors import ApiError, bad_request, from_engine_error
 from radixgen.server.fields import Fields, is_int, is_number, token_id_list
 from radixgen.server.generation import LogprobOptions, SubRequest, check_fanout, sample_requests
+from radixgen.server.openai_tools import (
+    ChatShape,
+    ToolRequest,
+    answer_rules,
+    is_reasoning_template,
+    read_reasoning,
+    read_tools,
+    request_grammar,
+    server_tool_format,
+    template_knows_tools,
+    thinking_closed,
+    thinking_opened,
+)
 from radixgen.server.state import ServerState
 
 MAX_N = 64
 MAX_STOP = 16
 MAX_TOP_LOGPROBS = 20
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions; chat defaults to the context
-
-CHAT_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 
 
 @dataclass
@@ -43,6 +61,7 @@ class OpenAIRequest:
     stream: bool
     include_usage: bool
     echo: bool = False
+    shape: ChatShape = dataclasses.field(default_factory=ChatShape)  # how a chat choice's text is read back
 
 
 # Reads one OpenAI body field as the value of its SamplingParams field: (fields, body name, the engine's default,
@@ -120,7 +139,8 @@ _COMMON = {"model", "max_tokens", "stream", "stream_options", "response_format",
            "store", "service_tier", "rid", *CONSTRAINT_KINDS, *(OPENAI_NAMES.get(k, k) for k in SAMPLING_READERS)}
 COMPLETION_FIELDS = frozenset(_COMMON | {"prompt", "echo", "best_of", "suffix"})
 CHAT_FIELDS = frozenset(_COMMON | {"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",
-                                   "parallel_tool_calls"})
+                                   "parallel_tool_calls", "chat_template_kwargs", "reasoning_effort",
+                                   "separate_reasoning"})
 
 
 def _response_format(f: Fields) -> tuple[str, Any] | None:
@@ -146,7 +166,15 @@ def _response_format(f: Fields) -> tuple[str, Any] | None:
         if not isinstance(schema, dict):
             raise bad_request("response_format.json_schema.schema", "must be a JSON Schema object")
         return "json_schema", schema
-    raise bad_request("response_format.type", f"must be 'text', 'json_object' or 'json_schema', got {kind!r}")
+    if kind == "structural_tag":
+        try:
+            return "ebnf", structural_tag_ebnf(structural_tag_from_dict(fmt))
+        except GrammarError as exc:
+            message = str(exc)
+            param = message.split(":", 1)[0] if message.startswith("response_format") else "response_format"
+            raise ApiError(400, message, param=param.split(" ", 1)[0]) from None
+    raise bad_request("response_format.type", f"must be 'text', 'json_object', 'json_schema' or 'structural_tag', "
+                                              f"got {kind!r}")
 
 
 def sampling_params(f: Fields, state: ServerState, max_tokens: int | None) -> SamplingParams:
@@ -244,52 +272,61 @@ async def parse_completion(body: dict, state: ServerState) -> OpenAIRequest:
 
 
 # ------------------------------------------------------------------------------------------------ chat
-def chat_messages(raw: Any) -> list[dict[str, str]]:
-    """OpenAI messages as the plain {role, content} turns a chat template reads."""
-    if not isinstance(raw, list) or not raw:
-        raise bad_request("messages", "must be a non-empty array of messages")
-    out = []
-    for i, m in enumerate(raw):
-        where = f"messages[{i}]"
-        if not isinstance(m, dict):
-            raise bad_request(where, "must be an object with `role` and `content`")
-        role = m.get("role")
-        if role not in CHAT_ROLES:
-            raise bad_request(f"{where}.role", f"must be one of {sorted(CHAT_ROLES)}, got {role!r}")
-        content = m.get("content")
-        if content is None and role == "assistant":
-            content = ""
-        if isinstance(content, list):
-            parts = []
-            for j, part in enumerate(content):
-                if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-                    raise bad_request(f"{where}.content[{j}]", "only text parts ({type: text, text}) are supported")
-                parts.append(part["text"])
-            content = "".join(parts)
-        if not isinstance(content, str):
-            raise bad_request(f"{where}.content", "must be a string or an array of text parts")
-        out.append({"role": CHAT_ROLES[role], "content": content})
-    return out
+@dataclass(frozen=True)
+class RenderedChat:
+    text: str
+    ids: list[int]
 
 
-def render_chat(state: ServerState, messages: list[dict[str, str]]) -> list[int]:
+def render_chat(state: ServerState, messages: list[dict[str, Any]], tools: ToolRequest | None = None,
+                template_kwargs: dict[str, Any] | None = None) -> RenderedChat:
+    """The prompt of a conversation through the chat template (`--chat-template`'s or the model's), tools and
+    tool turns written in by the server when the template knows none."""
     tok = state.engine.tokenizer
+    template = state.chat_template
+    declared = tools.tools if tools is not None else None
+    turns, template_tools = messages, declared
+    has_tool_turns = any(m.get("tool_calls") or m["role"] == "tool" for m in messages)
+    if (declared or has_tool_turns) and not template_knows_tools(template):
+        turns = written_in(messages, declared, server_tool_format(state.settings.tool_call_format, template))
+        template_tools = None
     try:
-        text = tok.apply_chat_template(messages, add_generation_prompt=True)
+        text = tok.apply_chat_template(turns, add_generation_prompt=True, tools=template_tools,
+                                       chat_template=template, **(template_kwargs or {}))
     except Exception as exc:
         raise bad_request("messages", f"the chat template refused them: {exc}") from None
-    return tok.encode(text, add_special_tokens=False)
+    return RenderedChat(text, tok.encode(text, add_special_tokens=False))
+
+
+def _chat_constraint(sp: SamplingParams, tools: ToolRequest | None, state: ServerState, prompt: str,
+                     ) -> tuple[SamplingParams, bool, bool]:
+    """The sampling params with the request's one grammar (tool calls, or the constraint after a thinking
+    section), whether the template reasons, and whether the prompt opened the thinking section."""
+    template = state.chat_template
+    reasoning = is_reasoning_template(template)
+    opened = reasoning and thinking_opened(prompt)
+    thinks = reasoning and not thinking_closed(prompt)
+    calling = tools is not None and tools.choice.mode != "none"
+    given = sp.constraint
+    if not calling and not (thinks and given is not None):
+        return sp, reasoning, opened
+    fmt = server_tool_format(state.settings.tool_call_format, template)
+    answer = answer_rules(tools if calling else None, fmt, None if given is None else (given.kind, given.source))
+    assert answer is not None
+    cleared: dict[str, Any] = {kind: None for kind in CONSTRAINT_KINDS}
+    return (dataclasses.replace(sp, **{**cleared, "ebnf": request_grammar(answer, thinks, opened)}), reasoning,
+            opened)
 
 
 async def parse_chat(body: dict, state: ServerState) -> OpenAIRequest:
     f = Fields(body)
     f.reject_unknown(CHAT_FIELDS)
     _common_checks(f)
-    if f.raw("tools"):
-        raise bad_request("tools", "tool calling is not supported; constrain the output with response_format "
-                                   "json_schema or an ebnf/regex instead")
+    tools = read_tools(f)
+    reasoning_options = read_reasoning(f)
     messages = chat_messages(f.raw("messages"))
-    ids = await state.run_blocking(render_chat, state, messages)
+    rendered = await state.run_blocking(render_chat, state, messages, tools, reasoning_options.template_kwargs)
+    ids = rendered.ids
     max_field = "max_completion_tokens" if f.has("max_completion_tokens") else "max_tokens"
     max_tokens = f.integer(max_field, None, low=1)
     f.raw("max_tokens")
@@ -298,9 +335,12 @@ async def parse_chat(body: dict, state: ServerState) -> OpenAIRequest:
     top = f.integer("top_logprobs", 0, low=0, high=MAX_TOP_LOGPROBS)
     if top and not want:
         raise bad_request("top_logprobs", "needs logprobs: true")
-    sp = sampling_params(f, state, max_tokens)
+    sp, reasoning, opened = _chat_constraint(sampling_params(f, state, max_tokens), tools, state, rendered.text)
+    calling = tools is not None and tools.choice.mode != "none"
+    shape = ChatShape(server_tool_format(state.settings.tool_call_format, state.chat_template) if calling else None,
+                      reasoning and reasoning_options.separate, opened)
     stream, include_usage = _stream_flags(f)
     return OpenAIRequest(
         rid=f.string("rid", nonempty=True) or f"chatcmpl-{uuid.uuid4().hex}", prompts=[ids], prompt_texts=[],
         subs=_subs([ids], sp), logprobs=LogprobOptions(want, top, None), want_logprobs=want, top_logprobs=top,
-        stream=stream, include_usage=include_usage)
+        stream=stream, include_usage=include_usage, shape=shape)

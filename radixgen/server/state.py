@@ -28,6 +28,8 @@ class ServerSettings:
     warmup: bool = True  # /health turns 200 only after one generate step ran
     shutdown_grace: float = 30.0  # seconds in-flight requests get to finish after SIGTERM
     owns_engine: bool = True  # shut the engine down with the app
+    chat_template: str | None = None  # Jinja text replacing the model's own (`--chat-template FILE`)
+    tool_call_format: str | None = None  # grammars.tool_formats.TOOL_FORMATS; default: read from the chat template
 
 
 @dataclass
@@ -47,6 +49,11 @@ class ServerState:
             return self.settings.served_model_name
         path = str(getattr(self.engine.runner, "model_path", None) or self.engine.config.model_path or "default")
         return path.rstrip("/").rsplit("/", 1)[-1]
+
+    @property
+    def chat_template(self) -> str | None:
+        """The chat template requests are rendered with: `--chat-template`'s, else the model's."""
+        return self.settings.chat_template or self.engine.tokenizer.chat_template
 
     @property
     def context_length(self) -> int:

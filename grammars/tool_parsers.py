@@ -1,0 +1,204 @@
+"""Generated text -> tool calls, per format (tool_formats.py): the text before the tool-call section, then each
+call's name and arguments (JSON text), also while the text is still arriving.
+
+`parse_tool_output(text, fmt, final=False)` reads a prefix of an output: it holds back a tail that may become
+the trigger, reports a call's name once its spelling is complete and its arguments as far as they have come
+(JSON formats: the raw arguments text, which grows by appending; pythonic: all at once when the call closes,
+converted to JSON). The text the grammar accepts always parses; other text parses as far as it fits.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from dataclasses import dataclass
+
+from radixgen.grammars.tool_formats import SPELLINGS, ToolFormat
+
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_PY_CALL = re.compile(r"\s*(?:,\s*)?([A-Za-z_][A-Za-z0-9_.-]*)\(")
+_JSON_CALL_OPEN = '{"name": '
+
+
+@dataclass(frozen=True)
+class CallProgress:
+    """One call as far as it has been read: `name` once complete, `arguments` (JSON text) so far."""
+
+    name: str | None
+    arguments: str
+    complete: bool
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One complete call: the function's name and its arguments as JSON text."""
+
+    name: str
+    arguments: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"name": self.name, "arguments": self.arguments}
+
+
+@dataclass(frozen=True)
+class ToolParse:
+    """`content`: the text before the tool-call section (all of it when there is none, less a held-back tail
+    that may still turn into the trigger unless the text is final); `calls`: the section's calls so far."""
+
+    content: str
+    calls: tuple[CallProgress, ...]
+    section_started: bool
+
+    @property
+    def complete_calls(self) -> list[ToolCall]:
+        return [ToolCall(c.name, c.arguments) for c in self.calls if c.complete and c.name is not None]
+
+
+def held_back(text: str, marker: str) -> int:
+    """How many characters at the end of `text` could be the start of `marker`."""
+    for k in range(min(len(marker) - 1, len(text)), 0, -1):
+        if marker.startswith(text[-k:]):
+            return k
+    return 0
+
+
+def parse_tool_output(text: str, fmt: ToolFormat, final: bool = True) -> ToolParse:
+    trigger = SPELLINGS[fmt].trigger
+    at = text.find(trigger)
+    if at < 0:
+        keep = len(text) if final else len(text) - held_back(text, trigger)
+        return ToolParse(text[:keep], (), False)
+    section = text[at + len(trigger):]
+    if fmt == "pythonic":
+        return ToolParse(text[:at], tuple(_python_calls(section)), True)
+    if fmt == "llama3":
+        section = _JSON_CALL_OPEN + section
+    return ToolParse(text[:at], tuple(_json_calls(section, SPELLINGS[fmt].arguments_key or "")), True)
+
+
+def _value_end(text: str, start: int) -> int | None:
+    """The index just past the JSON object or array starting at `start`, or None while it is unfinished."""
+    depth, i, n = 0, start, len(text)
+    while i < n:
+        ch = text[i]
+        if ch == '"':
+            match = _JSON_STRING.match(text, i)
+            if match is None:
+                return None
+            i = match.end()
+            continue
+        if ch in "{[":
+            depth += 1
+        elif ch in "}]":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    return None
+
+
+def _json_calls(section: str, key: str) -> list[CallProgress]:
+    calls: list[CallProgress] = []
+    cursor = 0
+    after_name = f', "{key}": '
+    while True:
+        at = section.find(_JSON_CALL_OPEN, cursor)
+        if at < 0:
+            return calls
+        name_at = at + len(_JSON_CALL_OPEN)
+        match = _JSON_STRING.match(section, name_at)
+        if match is None:
+            return calls + [CallProgress(None, "", False)]
+        name = json.loads(match.group(0))
+        rest = section[match.end():]
+        if not rest.startswith(after_name):
+            return calls + ([CallProgress(name, "", False)] if after_name.startswith(rest) else [])
+        args_at = match.end() + len(after_name)
+        end = _value_end(section, args_at) if section[args_at:args_at + 1] == "{" else None
+        if end is None:
+            return calls + [CallProgress(name, section[args_at:], False)]
+        calls.append(CallProgress(name, section[args_at:end], True))
+        cursor = end
+
+
+def _python_calls(section: str) -> list[CallProgress]:
+    calls: list[CallProgress] = []
+    cursor = 0
+    while True:
+        match = _PY_CALL.match(section, cursor)
+        if match is None:
+            rest = section[cursor:].lstrip(", ")
+            partial = bool(rest) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*", rest) is not None
+            return calls + ([CallProgress(None, "", False)] if partial else [])
+        name = match.group(1)
+        close = _call_end(section, match.end())
+        if close is None:
+            return calls + [CallProgress(name, "", False)]
+        try:
+            arguments = json.dumps(python_arguments(section[match.end():close]), ensure_ascii=False)
+        except (SyntaxError, ValueError):
+            return calls
+        calls.append(CallProgress(name, arguments, True))
+        cursor = close + 1
+
+
+def _call_end(text: str, start: int) -> int | None:
+    """The index of the `)` closing a call whose arguments start at `start`, or None while it is open."""
+    depth, i, n = 0, start, len(text)
+    while i < n:
+        ch = text[i]
+        if ch == '"':
+            match = _JSON_STRING.match(text, i)
+            if match is None:
+                return None
+            i = match.end()
+            continue
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            if depth == 0:
+                return i if ch == ")" else None
+            depth -= 1
+        i += 1
+    return None
+
+
+def python_arguments(source: str) -> dict[str, object]:
+    """`a=1, b="x"` -> {"a": 1, "b": "x"}; strings are read as JSON spells them (the grammar writes them so),
+    True/False/None (and true/false/null) as JSON's literals. A ValueError for anything else."""
+    call = ast.parse(f"f({source})", mode="eval").body
+    if not isinstance(call, ast.Call) or call.args:
+        raise ValueError("pythonic arguments must be keyword arguments")
+    text = f"f({source})"
+    return {kw.arg or "": _python_value(kw.value, text) for kw in call.keywords}
+
+
+_NAMED = {"True": True, "False": False, "None": None, "true": True, "false": False, "null": None}
+
+
+def _python_value(node: ast.expr, text: str) -> object:
+    if isinstance(node, ast.Constant):
+        if isinstance(node.value, str):
+            try:
+                return json.loads(ast.get_source_segment(text, node) or '""')
+            except ValueError:  # not JSON's spelling (a text the grammar did not write)
+                return node.value
+        return node.value
+    if isinstance(node, ast.Name) and node.id in _NAMED:
+        return _NAMED[node.id]
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant):
+        value = node.operand.value
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return -value
+    if isinstance(node, ast.List):
+        return [_python_value(v, text) for v in node.elts]
+    if isinstance(node, ast.Dict):
+        out = {}
+        for k, v in zip(node.keys, node.values):
+            key = _python_value(k, text) if k is not None else None
+            if not isinstance(key, str):
+                raise ValueError("object keys must be strings")
+            out[key] = _python_value(v, text)
+        return out
+    raise ValueError(f"not a literal: {ast.dump(node)}")

@@ -1,0 +1,213 @@
+"""Tool calls, reasoning and structural tags on /v1/chat/completions with the official `openai` client, streamed
+and not, on the default model: one server per tool-call format plus one with Qwen3's thinking template, all
+over the suite's shared engine."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+from lang_engine_cache import shared_engine
+
+from radixgen.grammars.tool_formats import TOOL_FORMATS
+from radixgen.server.launch import BackgroundServer
+from radixgen.server.state import ServerSettings
+
+openai = pytest.importorskip("openai")
+QWEN3_TEMPLATE = Path("/work/shared/vocabs/chat-templates/Qwen-Qwen3-0.6B.jinja")
+GREEDY = {"temperature": 0}
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather of a city.",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "maxLength": 24},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+        "where": {"type": "object", "properties": {"country": {"type": "string", "maxLength": 12},
+                                                   "zone": {"enum": ["eu", "us", "asia"]}},
+                  "required": ["zone"]}},
+        "required": ["city", "unit", "where"]}}}
+TIME = {"type": "function", "function": {
+    "name": "get_time", "description": "The time in a time zone.",
+    "parameters": {"type": "object", "properties": {"tz": {"type": "string", "maxLength": 16}}, "required": ["tz"]}}}
+TOOLS = [WEATHER, TIME]
+SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+ASK = [{"role": "user", "content": "What is the weather in Paris, and what time is it there?"}]
+
+
+@pytest.fixture(scope="module")
+def engine(default_model_path):
+    return shared_engine(str(default_model_path))
+
+
+def _client(srv):
+    return openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=300)
+
+
+@pytest.fixture(scope="module", params=TOOL_FORMATS)
+def client(request, engine):
+    srv = BackgroundServer(engine, ServerSettings(port=0, owns_engine=False, tool_call_format=request.param)).start()
+    yield _client(srv)
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def hermes(engine):
+    srv = BackgroundServer(engine, ServerSettings(port=0, owns_engine=False)).start()
+    yield _client(srv)
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def thinking(engine):
+    if not QWEN3_TEMPLATE.exists():
+        pytest.skip("the shared Qwen3 chat template is not here")
+    settings = ServerSettings(port=0, owns_engine=False, chat_template=QWEN3_TEMPLATE.read_text())
+    srv = BackgroundServer(engine, settings).start()
+    yield _client(srv)
+    srv.stop()
+
+
+def valid_calls(calls) -> list[tuple[str, dict]]:
+    out = []
+    for call in calls or []:
+        args = json.loads(call.function.arguments)
+        jsonschema.validate(args, SCHEMAS[call.function.name])
+        assert call.id and call.type == "function"
+        out.append((call.function.name, args))
+    return out
+
+
+def streamed(client, **kwargs):
+    """A streamed chat completion as the client's own helper assembles it, and its raw chunks."""
+    with client.chat.completions.stream(model="m", **kwargs) as stream:
+        chunks = list(stream)
+        final = stream.get_final_completion()
+    return final, chunks
+
+
+NAMED = {"type": "function", "function": {"name": "get_time"}}
+
+
+def test_every_format_calls_and_streams_the_same(client):
+    kwargs = {"messages": ASK, "tools": TOOLS, "tool_choice": NAMED, "parallel_tool_calls": False,
+              "max_tokens": 60, **GREEDY}
+    whole = client.chat.completions.create(model="m", **kwargs)
+    calls = valid_calls(whole.choices[0].message.tool_calls)
+    assert [name for name, _ in calls] == ["get_time"] and whole.choices[0].finish_reason == "tool_calls"
+    final, chunks = streamed(client, **kwargs)
+    assert valid_calls(final.choices[0].message.tool_calls) == calls
+    assert final.choices[0].finish_reason == "tool_calls"
+    deltas = [c.chunk.choices[0].delta for c in chunks if c.type == "chunk" and c.chunk.choices]
+    firsts = [d.tool_calls[0] for d in deltas if d.tool_calls and d.tool_calls[0].id]
+    assert [f.function.name for f in firsts] == ["get_time"]  # the name comes first, once
+
+
+def test_required_parallel_nested_streamed(hermes):
+    kwargs = {"messages": ASK, "tools": TOOLS, "tool_choice": "required", "max_tokens": 100, "temperature": 0.9,
+              "seed": 1}
+    final, chunks = streamed(hermes, **kwargs)
+    calls = valid_calls(final.choices[0].message.tool_calls)
+    assert calls and final.choices[0].finish_reason == "tool_calls"
+    deltas = [c.chunk.choices[0].delta for c in chunks if c.type == "chunk" and c.chunk.choices]
+    indexes = sorted({d.tool_calls[0].index for d in deltas if d.tool_calls})
+    assert indexes == list(range(len(calls)))
+    one = hermes.chat.completions.create(model="m", **{**kwargs, "parallel_tool_calls": False, "stream": False})
+    assert len(valid_calls(one.choices[0].message.tool_calls)) == 1
+
+
+def test_none_and_auto(hermes):
+    chunks = list(hermes.chat.completions.create(model="m", messages=ASK, tools=TOOLS, tool_choice="none",
+                                                 max_tokens=12, stream=True, **GREEDY))
+    assert not any(c.choices[0].delta.tool_calls for c in chunks if c.choices)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    for seed in range(2):
+        r = hermes.chat.completions.create(model="m", messages=ASK, tools=TOOLS, max_tokens=80, temperature=1.0,
+                                           seed=seed)
+        message = r.choices[0].message
+        valid_calls(message.tool_calls)  # whatever it chose, a call is valid
+        assert message.tool_calls or message.content is not None
+
+
+def test_tool_result_round_trip(hermes):
+    first = hermes.chat.completions.create(model="m", messages=ASK, tools=TOOLS, tool_choice="required",
+                                           parallel_tool_calls=False, max_tokens=120, **GREEDY)
+    call = first.choices[0].message.tool_calls[0]
+    history = ASK + [first.choices[0].message.model_dump(exclude_none=True),
+                     {"role": "tool", "tool_call_id": call.id, "content": json.dumps({"result": "sunny, 21 C"})}]
+    second = hermes.chat.completions.create(model="m", messages=history, tools=TOOLS, tool_choice="none",
+                                            max_tokens=16, **GREEDY)
+    assert second.choices[0].message.content and second.usage.prompt_tokens > first.usage.prompt_tokens
+    again = hermes.chat.completions.create(model="m", messages=history, tools=TOOLS, tool_choice="none",
+                                           max_tokens=4, **GREEDY)
+    assert again.usage.prompt_tokens_details.cached_tokens > 0  # the radix cache kept the conversation
+
+
+def test_errors_name_the_function_and_pointer(hermes):
+    bad = {"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"x": {"type": "string", "pattern": "(?<=a)b"}}}}}
+    with pytest.raises(openai.BadRequestError, match=r"tools\[1\]\.function\.parameters \(f\).*/properties/x"):
+        hermes.chat.completions.create(model="m", messages=ASK, tools=[TIME, bad], tool_choice="required")
+    with pytest.raises(openai.BadRequestError, match="tool_choice"):
+        hermes.chat.completions.create(model="m", messages=ASK, tools=TOOLS,
+                                       tool_choice={"type": "function", "function": {"name": "nope"}})
+
+
+def test_models_retrieve_and_logprobs_cover_calls(hermes):
+    model = hermes.models.list().data[0].id
+    assert hermes.models.retrieve(model).id == model
+    with pytest.raises(openai.NotFoundError):
+        hermes.models.retrieve("no-such-model")
+    r = hermes.chat.completions.create(model="m", messages=ASK, tools=[TIME], tool_choice="required", logprobs=True,
+                                       parallel_tool_calls=False, max_tokens=40, **GREEDY)
+    tokens = "".join(t.token for t in r.choices[0].logprobs.content)
+    assert "<tool_call>" in tokens and r.usage.completion_tokens == len(r.choices[0].logprobs.content)
+
+
+def test_structural_tag(hermes):
+    fmt = {"type": "structural_tag", "triggers": ["<function="],
+           "structures": [{"begin": "<function=get_time>", "schema": SCHEMAS["get_time"], "end": "</function>"}]}
+    prompt = [{"role": "user", "content": "Write <function=get_time>{\"tz\": \"UTC\"}</function> twice."}]
+    for seed in range(2):
+        r = hermes.chat.completions.create(model="m", messages=prompt, response_format=fmt, max_tokens=40,
+                                           temperature=1.0, seed=seed)
+        text = r.choices[0].message.content
+        for piece in text.split("<function=")[1:]:
+            if "</function>" in piece:  # a region the model finished (max_tokens may cut the last one)
+                body = piece.removeprefix("get_time>").split("</function>")[0]
+                jsonschema.validate(json.loads(body), SCHEMAS["get_time"])
+    with pytest.raises(openai.BadRequestError, match="begin"):
+        hermes.chat.completions.create(model="m", messages=prompt, max_tokens=4, response_format={
+            **fmt, "structures": [{"begin": "<tool>", "schema": {}, "end": "</tool>"}]})
+
+
+def test_reasoning_on_and_off(thinking):
+    schema = {"type": "object", "properties": {"answer": {"type": "integer", "maximum": 99}}, "required": ["answer"],
+              "additionalProperties": False}
+    fmt = {"type": "json_schema", "json_schema": {"name": "a", "schema": schema}}
+    ask = [{"role": "user", "content": "What is 2 + 3? Think first."}]
+    kwargs = {"messages": ask, "response_format": fmt, "max_tokens": 60, "temperature": 1.0, "seed": 4}
+    r = thinking.chat.completions.create(model="m", **kwargs)
+    message = r.choices[0].message
+    if r.choices[0].finish_reason == "stop":
+        jsonschema.validate(json.loads(message.content), schema)  # the constraint applies after the thinking
+    assert "<think>" not in (message.content or "")
+    off = thinking.chat.completions.create(model="m", extra_body={"chat_template_kwargs": {"enable_thinking": False}},
+                                           **{**kwargs, "max_tokens": 24})
+    jsonschema.validate(json.loads(off.choices[0].message.content), schema)
+    assert not (off.choices[0].message.model_extra or {}).get("reasoning_content")
+    chunks = [c for c in thinking.chat.completions.create(model="m", stream=True, **kwargs) if c.choices]
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == (message.content or "")
+    reasoning = "".join((c.choices[0].delta.model_extra or {}).get("reasoning_content") or "" for c in chunks)
+    assert reasoning == ((message.model_extra or {}).get("reasoning_content") or "")
+    joined = thinking.chat.completions.create(model="m", extra_body={"separate_reasoning": False},
+                                              **{**kwargs, "max_tokens": 8})
+    assert "reasoning_content" not in (joined.choices[0].message.model_extra or {})
+
+
+def test_reasoning_with_tools(thinking):
+    r = thinking.chat.completions.create(model="m", messages=ASK, tools=TOOLS, tool_choice="required",
+                                         max_tokens=80, temperature=1.0, seed=2, reasoning_effort="low")
+    if r.choices[0].finish_reason == "tool_calls":
+        assert valid_calls(r.choices[0].message.tool_calls)
+    assert "<tool_call>" not in (r.choices[0].message.content or "")
