@@ -20,7 +20,12 @@ the figure is a lower bound of the real step. `--sync-too` also times each batch
 (the same engine, switched between runs): the gap shows the per-step host work (schedule, batch building,
 sampling, stop checks, detokenization) that the overlapped loop hides behind the GPU.
 
+`--quantization` quantizes the random weights at load (`EngineConfig.quantization`: int4 round-to-nearest group
+128, FP8 e4m3 per-channel, GGUF Q4_K / Q8_0 blocks) and reports the layer linears' weight memory; transformers is
+not run then (it has no such weights to copy).
+
     python benchmarks/throughput.py                          # Llama-3-8B shape on CUDA, batches 1 16 64 256
+    python benchmarks/throughput.py --quantization int4 --batches 1 64 256
     python benchmarks/throughput.py --small --device cpu     # a tiny model, a smoke run of the script
 """
 
@@ -44,6 +49,8 @@ LLAMA3_8B = {
     "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "tie_word_embeddings": False,
     "hidden_act": "silu", "bos_token_id": 128000, "eos_token_id": 128001,
 }
+# --quantization -> EngineConfig.quantization
+QUANTIZATIONS = {"none": "auto", "fp8": "fp8", "int4": "int4", "gguf-q4k": "gguf-q4_k", "gguf-q8": "gguf-q8_0"}
 SMALL = {**LLAMA3_8B, "vocab_size": 2048, "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
          "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 512, "bos_token_id": 1,
          "eos_token_id": 2}
@@ -77,7 +84,8 @@ def run_radixgen(engine, rng: np.random.Generator, batch: int, input_len: int, o
         times[new] = time.perf_counter() - start
         assert all(len(o["output_ids"]) == new for o in outs), "a request stopped early"
     full, prefill = times[output_len], times[1]
-    return {"batch": batch, "seconds": full, "prefill_seconds": prefill, "e2e_tok_s": batch * output_len / full,
+    return {"batch": batch, "seconds": full, "prefill_seconds": prefill, "prefill_tok_s": batch * input_len / prefill,
+            "e2e_tok_s": batch * output_len / full,
             "decode_tok_s": batch * (output_len - 1) / max(full - prefill, 1e-9)}
 
 
@@ -99,6 +107,13 @@ def graph_step_ms(graph_runner, batch: int, seq_len: int, iters: int = 20) -> fl
     torch.cuda.synchronize()
     graph_runner.seq_lens[:bs].zero_()
     return begin.elapsed_time(end) / iters
+
+
+def weight_gib(model) -> float:
+    """GiB of the model's layer matmul weights as stored (packed data, scales and zeros included)."""
+    from radixgen.kernels import weight_nbytes
+
+    return sum(weight_nbytes(slot.weight) for slot in model.linear_slots()) / 2**30
 
 
 def build_hf_model(config: dict, ours: torch.nn.Module, device: torch.device, dtype: torch.dtype):
@@ -165,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--no-cuda-graph", action="store_true")
     ap.add_argument("--json", type=Path, default=None, help="also write every number here")
+    ap.add_argument("--quantization", default="none", choices=sorted(QUANTIZATIONS),
+                    help="quantize the layer linears at load (transformers is then not run)")
     ap.add_argument("--sync-too", action="store_true",
                     help="also time each batch with the overlap scheduler off (the synchronous loop), same engine")
     args = ap.parse_args(argv)
@@ -176,16 +193,24 @@ def main(argv: list[str] | None = None) -> int:
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     max_b = max(args.batches)
     hf_batches = args.batches if args.hf_batches is None else args.hf_batches
+    if args.quantization != "none":
+        hf_batches = []
     rng = np.random.default_rng(0)
 
     start = time.perf_counter()
     engine = Engine(load_format="dummy", dummy_config=config, tokenizer_path=str(QWEN3_TOKENIZER),
                     device=args.device, dtype="bfloat16" if dtype == torch.bfloat16 else "float32",
                     max_total_tokens=max_b * (args.input_len + args.output_len) + 256,
-                    max_running_requests=max_b, cuda_graph=not args.no_cuda_graph, cuda_graph_max_bs=max_b)
+                    max_running_requests=max_b, cuda_graph=not args.no_cuda_graph, cuda_graph_max_bs=max_b,
+                    quantization=QUANTIZATIONS[args.quantization])
     graphs = engine.runner.graph_runner
     print(f"engine ready in {time.perf_counter() - start:.1f} s ({len(graphs.graphs) if graphs else 0} CUDA graphs)",
           flush=True)
+    linear_gib = weight_gib(engine.runner.model)
+    if args.quantization != "none" and isinstance(engine.runner.model.linear_slots()[0].weight, torch.Tensor):
+        raise SystemExit("the engine's linears are dense: ModelRunner must pass EngineConfig.quantization to "
+                         "load_model(quantization=...)")
+    print(f"quantization {args.quantization}: layer linears {linear_gib:.2f} GiB", flush=True)
     engine.generate(input_ids=_prompts(rng, 2, args.input_len, config["vocab_size"]),
                     sampling_params={"max_new_tokens": 4, "ignore_eos": True})  # compile the prefill kernels
     ours = []
@@ -215,7 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     name = "tiny" if args.small else "Llama-3-8B-shaped"
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     print(f"\n{name}, random weights, {dtype}, {gpu}; {args.input_len} prompt + {args.output_len} generated tokens "
-          f"per request, greedy; CUDA graphs {'on' if graphs else 'off'}")
+          f"per request, greedy; CUDA graphs {'on' if graphs else 'off'}; quantization {args.quantization} "
+          f"(layer linears {linear_gib:.2f} GiB)")
     print("| batch | radixgen e2e tok/s | radixgen decode tok/s | graph step ms (tok/s) | radixgen s "
           "| synchronous loop e2e / decode tok/s | transformers tok/s | transformers s | e2e speedup |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
@@ -229,7 +255,8 @@ def main(argv: list[str] | None = None) -> int:
               f"| {sync} | {hf_cols} |")
     if args.json:
         args.json.write_text(json.dumps({"config": config, "radixgen": ours, "transformers": list(theirs.values()),
-                                         "device": gpu}, indent=1))
+                                         "device": gpu, "quantization": args.quantization,
+                                         "linear_gib": linear_gib}, indent=1))
     return 0
 
 

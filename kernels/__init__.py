@@ -7,6 +7,10 @@ it); `cpu_features` holds the CPU-vendor policy behind both choices. The batched
 (`decode_attention_torch`, `extend_attention_torch` with a `plan_extend` plan its layers share) and the CPU
 decode over per-request K/V copies carried across steps (`decode_copy_torch`: no Triton twin, the GPU kernel
 reads the pool in place) are what the CPU attention backend (runtime/attention/) calls.
+
+Quantized linear weights (`Int4Weight`, `Fp8Weight`, `GGUFWeight`, `StackedWeight`: one dataclass per scheme)
+go through the same `linear`, which hands them to `quant_linear`; `quant_linear_reference` dequantizes
+(`dequantize_weight`) and multiplies.
 """
 
 from radixgen.kernels.attention_ref import (
@@ -36,6 +40,7 @@ from radixgen.kernels.dispatch import (
     fused_add_rmsnorm,
     linear,
     linear_weight_packer,
+    quant_linear,
     rmsnorm,
     silu_and_mul,
     store_kv,
@@ -48,12 +53,33 @@ from radixgen.kernels.elementwise_ref import (
     rmsnorm_reference,
     silu_and_mul_reference,
 )
+from radixgen.kernels.gguf_ref import BLOCK_FORMATS, BlockFormat
+from radixgen.kernels.quant_fp8 import fp8_unsupported_reason
+from radixgen.kernels.quant_ref import dequantize as dequantize_weight
+from radixgen.kernels.quant_ref import pack_int4, quant_linear_reference, quantize_fp8_per_token, unpack_int4
+from radixgen.kernels.quant_weight import (
+    Fp8Weight,
+    GGUFWeight,
+    Int4Weight,
+    LinearWeight,
+    QuantizedWeight,
+    StackedWeight,
+    weight_nbytes,
+)
 from radixgen.kernels.rotary_cache import rope_cos_sin_cache, rope_inv_freq
 
 __all__ = [
+    "BLOCK_FORMATS",
+    "BlockFormat",
     "CopyPlacement",
     "CopyStep",
     "ExtendPlan",
+    "Fp8Weight",
+    "GGUFWeight",
+    "Int4Weight",
+    "LinearWeight",
+    "QuantizedWeight",
+    "StackedWeight",
     "apply_rotary",
     "apply_rotary_reference",
     "apply_token_bitmask",
@@ -64,15 +90,21 @@ __all__ = [
     "decode_attention_from_copy",
     "decode_attention_reference",
     "decode_attention_torch",
+    "dequantize_weight",
     "extend_attention",
     "extend_attention_reference",
     "extend_attention_torch",
+    "fp8_unsupported_reason",
     "fused_add_rmsnorm",
     "fused_add_rmsnorm_reference",
     "linear",
     "linear_weight_packer",
+    "pack_int4",
     "plan_copy_step",
     "plan_extend",
+    "quant_linear",
+    "quant_linear_reference",
+    "quantize_fp8_per_token",
     "rmsnorm",
     "rmsnorm_reference",
     "rope_cos_sin_cache",
@@ -82,4 +114,6 @@ __all__ = [
     "store_kv",
     "store_kv_reference",
     "triton_attention_runs",
+    "unpack_int4",
+    "weight_nbytes",
 ]

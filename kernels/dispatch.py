@@ -2,7 +2,9 @@
 
 (Where Triton cannot run, attention runs `attention_torch`, the batched torch twin of the per-request reference
 loops; the engine's CPU attention backend calls it directly, with plans its layers share. An fp32 `linear` on
-the CPU runs oneDNN's matmul where `cpu_features` says so, see `linear_onednn`.)
+the CPU runs oneDNN's matmul where `cpu_features` says so, see `linear_onednn`. A quantized weight
+(`quant_weight`) sends `linear` to `quant_linear`: FP8 tensor cores or the dequantizing Triton matmul on CUDA,
+`quant_ref` elsewhere.)
 
 Every op here has exactly its reference twin's signature. Triton is chosen when the op's first tensor is on a
 CUDA device, Triton imports, and the environment does not set RADIXGEN_FORCE_REFERENCE=1 (read at each call,
@@ -22,7 +24,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from radixgen.kernels import attention_ref, attention_torch, elementwise_ref, linear_onednn
+from radixgen.kernels import attention_ref, attention_torch, elementwise_ref, linear_onednn, quant_ref
+from radixgen.kernels.quant_weight import (
+    Fp8Weight,
+    GGUFWeight,
+    Int4Weight,
+    LinearWeight,
+    QuantizedWeight,
+    StackedWeight,
+)
 
 FORCE_REFERENCE_ENV = "RADIXGEN_FORCE_REFERENCE"
 
@@ -75,16 +85,43 @@ def triton_attention_runs(device: torch.device, head_dim: int) -> bool:
             and _supported_head_dim(head_dim))
 
 
-def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+def linear(x: Tensor, weight: LinearWeight, bias: Tensor | None = None) -> Tensor:
     """x @ weight.T (+ bias): `F.linear`, except fp32 on an AMD CPU, which runs oneDNN's matmul where torch has it
-    (about 2.2x MKL's sgemm there; RADIXGEN_FORCE_REFERENCE=1 keeps `F.linear`), and a weight packed by
-    `linear_onednn.pack_weight`, which only oneDNN's matmul reads."""
+    (about 2.2x MKL's sgemm there; RADIXGEN_FORCE_REFERENCE=1 keeps `F.linear`), a weight packed by
+    `linear_onednn.pack_weight`, which only oneDNN's matmul reads, and a quantized weight (`quant_linear`)."""
+    if not isinstance(weight, Tensor):
+        return quant_linear(x, weight, bias)
     if weight.is_mkldnn:
         return linear_onednn.linear_onednn(x, weight, bias)
     if (x.dtype == torch.float32 and x.device.type == "cpu" and os.environ.get(FORCE_REFERENCE_ENV) != "1"
             and linear_onednn.available()):
         return linear_onednn.linear_onednn(x, weight, bias)
     return F.linear(x, weight, bias)
+
+
+@functools.lru_cache(maxsize=1)
+def _dequant_matmul_triton() -> Callable[..., Tensor] | None:
+    try:
+        return importlib.import_module("radixgen.kernels.dequant_matmul_triton").dequant_matmul_triton
+    except ImportError:
+        return None
+
+
+def quant_linear(x: Tensor, weight: QuantizedWeight, bias: Tensor | None = None) -> Tensor:
+    """x @ dequantize(weight).T (+ bias) in x's dtype: on CUDA an Fp8Weight through `torch._scaled_mm`, an
+    Int4Weight or GGUFWeight through the dequantizing Triton matmul; elsewhere `quant_linear_reference`."""
+    if isinstance(weight, StackedWeight):
+        out = torch.cat([quant_linear(x, part) for part in weight.parts], dim=-1)
+        return out if bias is None else out + bias
+    if x.is_cuda and os.environ.get(FORCE_REFERENCE_ENV) != "1":
+        if isinstance(weight, Fp8Weight) and weight.shape[0] % 16 == 0 and weight.shape[1] % 16 == 0:
+            from radixgen.kernels.quant_fp8 import fp8_linear_cuda  # _scaled_mm needs multiples of 16
+
+            return fp8_linear_cuda(x, weight, bias)
+        kernel = _dequant_matmul_triton() if isinstance(weight, Int4Weight | GGUFWeight) else None
+        if kernel is not None:
+            return kernel(x, weight, bias)
+    return quant_ref.quant_linear_reference(x, weight, bias)
 
 
 def linear_weight_packer(dtype: torch.dtype, device: torch.device) -> Callable[[Tensor], Tensor] | None:
@@ -180,5 +217,5 @@ for _name, _ref in _TWINS:
     functools.update_wrapper(globals()[_name], _ref, assigned=("__doc__",), updated=())
 
 __all__ = ["FORCE_REFERENCE_ENV", "apply_rotary", "apply_token_bitmask", "decode_attention", "extend_attention",
-           "fused_add_rmsnorm", "linear", "linear_weight_packer", "rmsnorm", "silu_and_mul", "store_kv",
-           "triton_attention_runs", "triton_ops", "use_triton"]
+           "fused_add_rmsnorm", "linear", "linear_weight_packer", "quant_linear", "rmsnorm", "silu_and_mul",
+           "store_kv", "triton_attention_runs", "triton_ops", "use_triton"]

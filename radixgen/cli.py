@@ -21,6 +21,7 @@ from types import FrameType
 
 from radixgen.grammars.backend import GRAMMAR_BACKENDS
 from radixgen.runtime.errors import RadixgenError
+from radixgen.runtime.quant.options import QUANTIZATION_CHOICES
 
 EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130, the shell's code for a process ended by Ctrl-C
 EXIT_TERMINATED = 128 + signal.SIGTERM  # 143
@@ -82,6 +83,9 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--grammar-backend", default="radixgen", choices=GRAMMAR_BACKENDS,
                    help="the engine that enforces constraints (xgrammar and llguidance through their extras, "
                         "pip install 'radixgen[xgrammar]')")
+    p.add_argument("--quantization", default="auto", choices=QUANTIZATION_CHOICES,
+                   help="the layer linears: auto (as the checkpoint is), none (dense), int4 or fp8 (quantize a "
+                        "dense checkpoint at load)")
 
 
 def check_engine_arguments(args: argparse.Namespace) -> None:
@@ -121,7 +125,8 @@ def _run_generate(args: argparse.Namespace) -> int:
     print(f"radixgen: loading {args.model or 'the default model'} ...", file=sys.stderr, flush=True)
     # The engine fetches the default model on first use (with a progress line) when --model is not given.
     with Engine(args.model, tokenizer_path=args.tokenizer_path, device=args.device, dtype=args.dtype,
-                cpu_threads=args.cpu_threads, grammar_backend=args.grammar_backend, max_running_requests=4,
+                cpu_threads=args.cpu_threads, grammar_backend=args.grammar_backend, quantization=args.quantization,
+                max_running_requests=4,
                 cuda_graph=False) as engine:
         ids = _prompt_ids(engine.tokenizer, args.prompt, args.raw)
         params: dict[str, float | int] = {"max_new_tokens": args.max_new_tokens, "temperature": args.temperature}
@@ -174,7 +179,10 @@ def _load_command(spec: str) -> Command:
 
 def build_parser(table: dict[str, str] | None = None) -> argparse.ArgumentParser:
     """The parser of every subcommand in `table` (default COMMAND_TABLE)."""
+    from radixgen import __version__
+
     parser = argparse.ArgumentParser(prog="radixgen", description="radixgen: structured LLM programs, fast.")
+    parser.add_argument("--version", action="version", version=f"radixgen {__version__}")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

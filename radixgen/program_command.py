@@ -50,7 +50,8 @@ def _run(args: argparse.Namespace) -> int:
     kwargs = _parse_args(args.arg)
     check_engine_arguments(args)
     with Engine(args.model, tokenizer_path=args.tokenizer_path, device=args.device,
-                cpu_threads=args.cpu_threads, grammar_backend=args.grammar_backend) as engine:
+                cpu_threads=args.cpu_threads, grammar_backend=args.grammar_backend,
+                quantization=args.quantization) as engine:
         set_default_backend(engine)
         if args.function is None:
             argv = sys.argv

@@ -23,7 +23,8 @@ class LogitRows:
 
     first: np.ndarray  # [B] first logits row of the item
     count: np.ndarray  # [B] rows of the item
-    sample_row: np.ndarray  # [B] row sampled from (the item's last row) or -1
+    sample_row: np.ndarray  # [B] first row sampled from (the item's last row, or a verify item's first) or -1
+    sample_count: np.ndarray  # [B] rows sampled from, from sample_row on: 1, or 1 + drafts of a verify item
 
 
 def build_forward_batch(batch: ScheduleBatch, scheduler: Scheduler, req_to_token: torch.Tensor,
@@ -46,8 +47,19 @@ def build_forward_batch(batch: ScheduleBatch, scheduler: Scheduler, req_to_token
     logit_first = np.full(b, -1, dtype=np.int64)
     logit_count = np.zeros(b, dtype=np.int64)
     sample_row = np.full(b, -1, dtype=np.int64)
+    sample_count = np.zeros(b, dtype=np.int64)
     for i, it in enumerate(items):
         req, s, e, o = it.req, it.start, it.extend, int(loc[i])
+        if it.drafts:  # a verify item: its last token, then its drafts, every row scored
+            ids[o] = _token_ids(req, s, 1)[0]
+            ids[o + 1 : o + e] = req.draft_ids
+            logit_first[i] = sample_row[i] = len(logit_rows)
+            logit_rows.extend(range(o, o + e))
+            logit_count[i] = sample_count[i] = e
+            new_slots.append(scheduler.slot_view(req, it.sync_from, s + e))
+            out_loc[o : o + e] = scheduler.slot_view(req, s, s + e)
+            sync_lo[i] = it.sync_from
+            continue
         if device_ids is None:
             ids[o : o + e] = _token_ids(req, s, e)
         slots = scheduler.slot_view(req, 0, s + e)
@@ -65,6 +77,7 @@ def build_forward_batch(batch: ScheduleBatch, scheduler: Scheduler, req_to_token
             logit_count[i] = len(logit_rows) - logit_first[i]
             if it.sample:
                 sample_row[i] = len(logit_rows) - 1
+                sample_count[i] = 1
 
     # req_to_token[row, col] = slot for every entry not yet on the device, as flat index arrays.
     counts = starts + extends - sync_lo
@@ -75,7 +88,7 @@ def build_forward_batch(batch: ScheduleBatch, scheduler: Scheduler, req_to_token
                                 logit_rows=np.asarray(logit_rows, dtype=np.int64),
                                 table_writes=(write_rows, write_cols, np.concatenate(new_slots)),
                                 device_ids=device_ids)
-    return fb, LogitRows(logit_first, logit_count, sample_row)
+    return fb, LogitRows(logit_first, logit_count, sample_row, sample_count)
 
 
 def _token_ids(req: Req, start: int, n: int) -> np.ndarray | list[int]:

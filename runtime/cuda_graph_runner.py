@@ -7,7 +7,8 @@ as fast as the GPU runs them. Capturing the whole decode forward once per bucket
 Decode steps in which some requests append several tokens (a grammar's forced text, jump-forward) would leave
 the graphs for an eager step, which costs several decode steps' time; with `row_tokens` the runner also
 captures, per bucket, forwards of rows of up to k new tokens each (k in row_tokens), every row through the
-extend kernel, one logits row per request.
+extend kernel, one logits row per request. With `verify_max_bs` it captures the same rows once more for buckets up
+to that size with a logits row for every token (a speculative verify step scores each drafted position).
 
 A graph replays with fixed tensor addresses, so every input lives in a static buffer of `max_bs` rows. A batch
 of `n` requests runs in the smallest bucket >= n: its rows are copied into rows [0, n) and rows [n, bucket)
@@ -69,7 +70,8 @@ class CudaGraphRunner:
     the front of the token buffers, padding tokens after them; a padding request has no tokens."""
 
     def __init__(self, forward: Callable[[ForwardBatch], torch.Tensor], req_to_token: torch.Tensor, max_bs: int,
-                 max_context: int, use_graphs: bool | None = None, row_tokens: tuple[int, ...] = ()) -> None:
+                 max_context: int, use_graphs: bool | None = None, row_tokens: tuple[int, ...] = (),
+                 verify_max_bs: int = 0) -> None:
         self.forward = forward
         self.req_to_token = req_to_token
         self.max_context = max_context
@@ -96,10 +98,16 @@ class CudaGraphRunner:
         self.row_lens = torch.zeros(n, dtype=torch.int32, device=dev)
         self.row_starts = torch.zeros(n, dtype=torch.int32, device=dev)
         self.logits_rows = torch.zeros(n, dtype=torch.int64, device=dev)
+        # The verify graphs' logits rows: every token of rows [0, verify bucket) (padding rows read token 0).
+        self.verify_sizes = [bs for bs in self.batch_sizes if bs <= verify_max_bs] if self.row_tokens else []
+        verify_tokens = max(self.verify_sizes, default=0) * max(self.row_tokens, default=1)
+        self.verify_logits_rows = torch.zeros(verify_tokens, dtype=torch.int64, device=dev)
+        self._live_verify_rows = 0
         self._live_rows = 0
         self._live_tokens = 0
         self.replays = 0  # decode steps served (a count for stats and tests)
         self.short_replays = 0  # multi-token steps served
+        self.verify_replays = 0  # verify steps served
         self.batches = {bs: self._static_batch(bs) for bs in self.batch_sizes}
         self.short_batches = {(bs, k): self._static_short_batch(bs, k) for bs in self.batch_sizes
                               for k in self.row_tokens}
@@ -107,6 +115,11 @@ class CudaGraphRunner:
         self.outputs: dict[int, torch.Tensor] = {}
         self.short_graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
         self.short_outputs: dict[tuple[int, int], torch.Tensor] = {}
+        self.verify_batches = {(bs, k): self._static_short_batch(bs, k, every_token=True) for bs in self.verify_sizes
+                               for k in self.row_tokens}
+        self.verify_graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
+        self.verify_outputs: dict[tuple[int, int], torch.Tensor] = {}
+        self.verify_replay_seconds: dict[tuple[int, int], float] = {}
         # Seconds of one eager decode forward per bucket, and of one replay per graph, timed at capture: what a
         # step costs inside and outside the graphs (the engine's jump-forward policy weighs it).
         self.eager_seconds: dict[int, float] = {}
@@ -128,15 +141,16 @@ class CudaGraphRunner:
             max_extend_len=1, max_seq_len=self.max_context, num_decode_rows=bs,
         )
 
-    def _static_short_batch(self, bs: int, k: int) -> ForwardBatch:
+    def _static_short_batch(self, bs: int, k: int, every_token: bool = False) -> ForwardBatch:
         """The ForwardBatch of bucket `bs` with up to `k` tokens per request (every row through the extend
-        kernel, whose grid the fixed k and bs size)."""
+        kernel, whose grid the fixed k and bs size); logits of each request's last token, or of `every_token`."""
         t = bs * k
+        logits = self.verify_logits_rows[:t] if every_token else self.logits_rows[:bs]
         return ForwardBatch(
             mode=ForwardMode.EXTEND, input_ids=self.input_ids[:t], positions=self.positions[:t],
             out_cache_loc=self.out_cache_loc[:t], req_pool_indices=self.req_pool_indices[:bs],
             req_to_token=self.req_to_token, prefix_lens=self.prefix_lens[:bs], extend_lens=self.row_lens[:bs],
-            seq_lens=self.seq_lens[:bs], extend_start_loc=self.row_starts[:bs], logits_indices=self.logits_rows[:bs],
+            seq_lens=self.seq_lens[:bs], extend_start_loc=self.row_starts[:bs], logits_indices=logits,
             max_extend_len=k, max_seq_len=self.max_context, num_decode_rows=0,
         )
 
@@ -147,6 +161,9 @@ class CudaGraphRunner:
     def _short_forward(self, key: tuple[int, int]) -> torch.Tensor:
         return self.forward(self.short_batches[key])
 
+    def _verify_forward(self, key: tuple[int, int]) -> torch.Tensor:
+        return self.forward(self.verify_batches[key])
+
     @torch.inference_mode()
     def _capture_all(self) -> None:
         """Capture the largest bucket first, all graphs sharing one memory pool (a smaller graph's activations
@@ -154,6 +171,10 @@ class CudaGraphRunner:
         start = time.perf_counter()
         self._graph_pool = torch.cuda.graph_pool_handle()
         stream = torch.cuda.Stream(device=self.device)
+        for key in sorted(self.verify_batches, key=lambda bk: -bk[0] * bk[1]):
+            run = functools.partial(self._verify_forward, key)
+            self.verify_outputs[key], self.verify_graphs[key], _, self.verify_replay_seconds[key] = (
+                self._capture(run, stream))
         for key in sorted(self.short_batches, key=lambda bk: -bk[0] * bk[1]):
             run = functools.partial(self._short_forward, key)
             self.short_outputs[key], self.short_graphs[key], _, self.short_replay_seconds[key] = (
@@ -163,8 +184,9 @@ class CudaGraphRunner:
             self.outputs[bs], self.graphs[bs], self.eager_seconds[bs], self.replay_seconds[bs] = (
                 self._capture(run, stream))
         torch.cuda.synchronize(self.device)
-        log.info("captured %d decode and %d multi-token CUDA graphs (batch %d..%d) in %.1f s", len(self.graphs),
-                 len(self.short_graphs), self.batch_sizes[0], self.max_bs, time.perf_counter() - start)
+        log.info("captured %d decode, %d multi-token and %d verify CUDA graphs (batch %d..%d) in %.1f s",
+                 len(self.graphs), len(self.short_graphs), len(self.verify_graphs), self.batch_sizes[0], self.max_bs,
+                 time.perf_counter() - start)
 
     def _capture(self, run: Callable[[], torch.Tensor],
                  stream: torch.cuda.Stream) -> tuple[torch.Tensor, torch.cuda.CUDAGraph, float, float]:
@@ -181,17 +203,19 @@ class CudaGraphRunner:
         graph.replay()
         return out, graph, eager, _timed(graph.replay, self.device)
 
-    def step_cost(self, batch_size: int, row_tokens: int) -> float:
+    def step_cost(self, batch_size: int, row_tokens: int, every_token: bool = False) -> float:
         """A step of `batch_size` requests in which some append up to `row_tokens` tokens (the rest one), in
-        decode steps' time: that of the multi-token graph taking it, else that of an eager forward. 1 where
-        nothing was timed (no graphs: every step is eager)."""
+        decode steps' time: that of the multi-token (or, `every_token`, verify) graph taking it, else that of an
+        eager forward. 1 where nothing was timed (no graphs: every step is eager)."""
         bs = self.bucket(min(batch_size, self.max_bs))
         seen = self.measured.seconds if self.measured is not None else {}
         replay = seen.get((bs, 1)) or self.replay_seconds.get(bs)
         if not replay:
             return 1.0
         k = next((k for k in self.row_tokens if k >= row_tokens), None)
-        cost = (seen.get((bs, k)) or self.short_replay_seconds.get((bs, k))) if k is not None else None
+        timed = self.verify_replay_seconds if every_token else self.short_replay_seconds
+        key = (bs, -k if every_token else k) if k is not None else None  # verify replays are measured as (bs, -k)
+        cost = (seen.get(key) or timed.get((bs, k))) if key is not None and k is not None else None
         if cost is None:
             cost = self.eager_seconds.get(bs, replay)
         return max(1.0, cost / replay)
@@ -217,6 +241,42 @@ class CudaGraphRunner:
                 and (batch.logits_indices is None or batch.logits_indices.shape[0] == n)):
             return None
         return next((k for k in self.row_tokens if k >= batch.max_extend_len), None)
+
+    def verify_rows(self, batch: ForwardBatch) -> int | None:
+        """The k of the verify graph that runs this batch (its requests' new tokens at most k each, a logits row
+        for more tokens than requests, within its bucket's bs * k), or None."""
+        n = batch.batch_size
+        if not (self.verify_sizes and batch.mode is ForwardMode.EXTEND and 0 < n <= self.verify_sizes[-1]
+                and batch.req_to_token is self.req_to_token and batch.max_seq_len <= self.max_context
+                and batch.logits_indices is not None and batch.logits_indices.shape[0] > n):
+            return None
+        k = next((k for k in self.row_tokens if k >= batch.max_extend_len), None)
+        if k is None or batch.logits_indices.shape[0] > self.bucket(n) * k:
+            return None
+        return k
+
+    @torch.inference_mode()
+    def replay_verify(self, batch: ForwardBatch, k: int) -> torch.Tensor:
+        """Run a batch `verify_rows` gave `k` for: fp32 logits of the batch's logits rows, a fresh tensor."""
+        assert batch.logits_indices is not None, "a verify batch names its logits rows"
+        n, r = batch.batch_size, batch.logits_indices.shape[0]
+        key = (self.bucket(n), k)
+        self._set_tokens(batch)
+        self._set_rows(batch)
+        self.row_lens[:n].copy_(batch.extend_lens)
+        self.row_starts[:n].copy_(batch.extend_start_loc)
+        self.verify_logits_rows[:r].copy_(batch.logits_indices)
+        if self._live_verify_rows > r:
+            self.verify_logits_rows[r : self._live_verify_rows].zero_()
+        self._live_verify_rows = r
+        self.verify_replays += 1
+        if self.use_graphs:
+            with self._timing((key[0], -k)):
+                self.verify_graphs[key].replay()
+            logits = self.verify_outputs[key]
+        else:
+            logits = self._verify_forward(key)
+        return logits[:r].clone()
 
     @torch.inference_mode()
     def replay(self, batch: ForwardBatch) -> torch.Tensor:

@@ -11,6 +11,8 @@ class EngineConfig:
     tokenizer_path: str | None = None  # default: the model's own (folder's tokenizer.json or GGUF metadata)
     load_format: str = "auto"  # auto | safetensors | gguf | dummy
     dtype: str = "auto"  # auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16 | float16
+    # The layer linears: auto (as the checkpoint is) | none | int4 | fp8 | ... (runtime/quant/scheme.py)
+    quantization: str = "auto"
     device: str = "auto"  # auto | cpu | cuda
     cpu_threads: int | None = None  # torch threads of a CPU engine (None: one per core; runtime/cpu_threads.py)
     context_length: int | None = None  # override the model's max_position_embeddings
@@ -39,6 +41,16 @@ class EngineConfig:
     disable_grammar_disk_cache: bool = False
     # Launch each decode step before delivering the previous step's tokens (host work overlaps the forward).
     disable_overlap_schedule: bool = False
+    # Speculative decoding: drafts from n-gram lookup in the request's own tokens ("ngram"), a smaller model with
+    # the same tokenizer ("draft_model", at draft_model_path), or only the text grammars force ("grammar"); every
+    # algorithm also drafts a constrained request's forced text. Verify steps run while the batch has at most
+    # speculative_max_batch decoding requests and the drafts pay for the step (runtime/speculative/policy.py).
+    speculative_algorithm: str | None = None
+    speculative_num_draft_tokens: int = 4
+    speculative_ngram_min: int = 1
+    speculative_ngram_max: int = 4
+    speculative_max_batch: int = 32
+    draft_model_path: str | None = None
     log_level: str = "warning"
 
     @classmethod
@@ -55,6 +67,9 @@ class EngineConfig:
     def validate(self) -> None:
         if self.schedule_policy not in ("lpm", "fcfs"):
             raise ValueError(f"schedule_policy must be 'lpm' or 'fcfs', got {self.schedule_policy!r}")
+        from radixgen.runtime.quant.options import check_quantization
+
+        check_quantization(self.quantization)
         if self.load_format not in ("auto", "safetensors", "gguf", "dummy"):
             raise ValueError(f"load_format must be auto|safetensors|gguf|dummy, got {self.load_format!r}")
         if not 0.0 < self.mem_fraction <= 1.0:
@@ -65,6 +80,20 @@ class EngineConfig:
             raise ValueError(f"disable_grammar_disk_cache must be a bool, got {self.disable_grammar_disk_cache!r}")
         if self.grammar_backend not in ("radixgen", "xgrammar", "llguidance"):
             raise ValueError(f"grammar_backend must be radixgen|xgrammar|llguidance, got {self.grammar_backend!r}")
+        if self.speculative_algorithm not in (None, "ngram", "draft_model", "grammar"):
+            raise ValueError("speculative_algorithm must be None|ngram|draft_model|grammar, "
+                             f"got {self.speculative_algorithm!r}")
+        if self.speculative_algorithm == "draft_model" and not self.draft_model_path:
+            raise ValueError("speculative_algorithm='draft_model' needs draft_model_path (a model with the same "
+                             "tokenizer)")
+        if not 1 <= self.speculative_num_draft_tokens <= 16:
+            raise ValueError(f"speculative_num_draft_tokens must be in [1, 16], got "
+                             f"{self.speculative_num_draft_tokens}")
+        if not 1 <= self.speculative_ngram_min <= self.speculative_ngram_max:
+            raise ValueError("speculative n-gram sizes need 1 <= speculative_ngram_min <= speculative_ngram_max, got "
+                             f"{self.speculative_ngram_min}..{self.speculative_ngram_max}")
+        if self.speculative_max_batch < 1:
+            raise ValueError(f"speculative_max_batch must be >= 1, got {self.speculative_max_batch}")
         if self.page_size < 1:
             raise ValueError(f"page_size must be >= 1, got {self.page_size}")
         if self.max_running_requests < 1:

@@ -10,7 +10,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -37,12 +37,21 @@ from radixgen.runtime.request import Req, ReqState
 from radixgen.runtime.sampled_step import SampledStep, copy_to_host
 from radixgen.runtime.sampling_batch import SamplingBatch
 from radixgen.runtime.scheduler import ScheduleBatch, Scheduler, SchedulerLimits
+from radixgen.runtime.speculative import (
+    GrammarDrafts,
+    NgramDrafter,
+    SpeculationPolicy,
+    accepted_lengths,
+    make_drafter,
+)
+from radixgen.runtime.speculative.grammar_drafts import whole_utf8_prefix
 
 if TYPE_CHECKING:
     from radixgen.grammars import Vocabulary
     from radixgen.grammars.backend import GrammarMatcher
     from radixgen.runtime.forward_batch import ForwardBatch
     from radixgen.runtime.model_runner import ModelRunner
+    from radixgen.runtime.speculative import Drafter
     from radixgen.tokenizer import Tokenizer
 
 T = TypeVar("T")
@@ -90,13 +99,27 @@ class EngineCore:
         self._grammar_failures: dict[str, str] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        # Speculative decoding (runtime/speculative): what drafts, and how many drafts a step verifies.
+        algorithm = config.speculative_algorithm
+        k = config.speculative_num_draft_tokens
+        self.drafter: Drafter | None = make_drafter(config, runner) if algorithm is not None else None
+        self.spec_policy = (SpeculationPolicy(k, config.speculative_max_batch,
+                                              lambda bs, tokens: runner.step_cost(bs, tokens, every_token=True))
+                            if algorithm is not None else None)
+        self.grammar_drafts = GrammarDrafts(tokenizer) if algorithm is not None else None
         self.bitmask_words = (self.vocab_size + 31) // 32
         live_words = bitmask_words(len(vocab.token_bytes)) if vocab is not None else 0
-        self._masks = MaskStaging(config.max_running_requests, self.bitmask_words, live_words, self.device)
+        mask_rows = config.max_running_requests
+        if algorithm is not None:  # a verify step masks every position of a constrained request
+            mask_rows = max(mask_rows, config.speculative_max_batch * (1 + k))
+        self._masks = MaskStaging(mask_rows, self.bitmask_words, live_words, self.device)
         self._eos_set = frozenset(tokenizer.eos_token_ids)
         self._eos_ids = tuple(tokenizer.eos_token_ids)
         self._inflight: SampledStep | None = None  # sampled, launched, not yet delivered (overlapped loop)
         self._last_sampled: SampledStep | None = None  # its SamplingBatch is reused by a steady decode
+        # the current step's start, output tokens so far, and (batch size, drafted) if it only decodes
+        self._period: tuple[float, int, tuple[int, bool] | None] | None = None
+        self._drafting = False  # the policy asked this step to draft
         self.on_step: Callable[[ScheduleBatch], None] | None = None  # test hook
 
     # ------------------------------------------------------------ thread API
@@ -168,6 +191,9 @@ class EngineCore:
         """Schedule, forward and sample one batch. With a step still in flight, the scheduler either overlaps
         (the next decode is launched before that step's tokens are delivered) or asks for them first."""
         prev = self._inflight
+        if self.spec_policy is not None:
+            self._observe_period()
+            prev = self._prepare_drafts(prev)
         batch = self.scheduler.schedule(prev.reqs) if prev is not None else None
         if prev is not None and batch is None:
             self._deliver(prev)
@@ -176,6 +202,8 @@ class EngineCore:
             batch = self.scheduler.schedule()
             if batch is None:
                 return
+        if self.spec_policy is not None:
+            self._start_period(batch)
         if self.on_step is not None:
             self.on_step(batch)
         constrained = sum(it.req.matcher is not None for it in batch.items) if self.vocab is not None else 0
@@ -197,7 +225,7 @@ class EngineCore:
         sampled = self._sample(batch, rows, logits)
         if sampled is None:
             return
-        if self.scheduler.can_defer_delivery(sampled.reqs):
+        if sampled.counts is None and self.scheduler.can_defer_delivery(sampled.reqs):
             self._inflight = sampled  # delivered after the next step is launched (or before a synchronous one)
         else:
             self._deliver(sampled)
@@ -286,21 +314,33 @@ class EngineCore:
             return None
         reqs = [batch.items[i].req for i in sel]
         sample_rows = rows.sample_row[sel]
+        counts = rows.sample_count[sel]
+        verify = bool((counts > 1).any())  # some request verifies drafts: several rows each
+        if verify:
+            within = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+            sample_rows = np.repeat(sample_rows, counts) + within
         if len(sample_rows) == logits.shape[0] and (sample_rows == np.arange(len(sample_rows))).all():
             sample_logits = logits  # the usual decode step: every logits row is sampled, in order
         else:
             sample_logits = logits.index_select(0, torch.from_numpy(sample_rows).to(logits.device))
         t0 = time.perf_counter()
-        mask, mask_rows = self._grammar_masks(reqs, stale)
+        mask, mask_rows = self._grammar_masks(reqs, stale, counts if verify else None)
         t1 = time.perf_counter()
         self.counters.grammar_seconds += t1 - t0
         sb, counted = sampling if sampling is not None else self._sampling_batch(reqs)
-        out = self.sampler.sample(sb, sample_logits, mask, mask_rows)
-        sb.append(out.next_token_ids)
+        drawn = sb
+        if verify:
+            # One row per verified position, each drawn as plain decoding would draw it at that output index.
+            drawn = sb.filter(np.repeat(np.arange(len(reqs)), counts).tolist())
+            drawn.output_lens += host_to_device(within, self.device)
+            counted = [-1] * len(reqs)  # set once the kept tokens are known (`_deliver_verified`)
+        out = self.sampler.sample(drawn, sample_logits, mask, mask_rows)
+        if not verify:
+            sb.append(out.next_token_ids)
         host, ready = copy_to_host([out.next_token_ids, out.next_token_logprobs, out.top_logprobs_values,
                                      out.top_logprobs_ids])
         self._last_sampled = sampled = SampledStep(reqs, tuple(r.rid for r in reqs), counted, sb, out, host, ready,
-                                                   stale)
+                                                   stale, counts if verify else None)
         self.counters.sample_seconds += time.perf_counter() - t1
         return sampled
 
@@ -318,19 +358,137 @@ class EngineCore:
         tops = ([list(zip(v, i)) for v, i in zip(top_v.tolist(), top_i.tolist())]
                 if top_v is not None and top_i is not None else None)
         self.counters.sample_seconds += time.perf_counter() - t0
+        if sampled.counts is not None:
+            self._deliver_verified(sampled, tokens, logprobs, tops)
+            return frozenset()
         launched = frozenset(it.req.rid for it in successor.items) if successor is not None else frozenset()
         jumped: set[str] = set()
         for j, req in enumerate(sampled.reqs):
             if req.rid in sampled.stale:
                 continue
             try:
-                if self._on_token(req, tokens[j], logprobs[j] if logprobs else None,
-                                  tops[j][: req.top_logprobs_num] if tops else None, req.rid in launched):
+                if self._on_tokens(req, tokens[j : j + 1], [logprobs[j]] if logprobs else None,
+                                   [tops[j][: req.top_logprobs_num]] if tops else None, req.rid in launched):
                     jumped.add(req.rid)
             except Exception as exc:  # one failing request never takes its batch down
                 log.exception("request %s failed", req.rid)
                 self._finish(req, AbortFinish(f"{type(exc).__name__}: {exc}"))
         return frozenset(jumped & launched)
+
+    def _deliver_verified(self, sampled: SampledStep, tokens: list[int], logprobs: list[float] | None,
+                          tops: list[list[tuple[float, int]]] | None) -> None:
+        """A verify step's tokens: each request keeps its samples up to and including the first that differs
+        from its draft (runtime/speculative/acceptance.py); the KV of the drafts after it is freed."""
+        counts = sampled.counts
+        assert counts is not None, "a verify step records its rows per request"
+        reqs = sampled.reqs
+        drafts = np.concatenate([r.draft_ids[: c - 1] for r, c in zip(reqs, counts.tolist())])
+        kept = accepted_lengths(np.asarray(tokens, dtype=np.int64), drafts, counts).tolist()
+        starts = (np.cumsum(counts) - counts).tolist()
+        before = [len(r.output_ids) for r in reqs]
+        drafted = accepted = 0
+        for req, c, a, s0 in zip(reqs, counts.tolist(), kept, starts):
+            req.draft_ids = req.draft_ids[:0]
+            if c > 1:
+                req.spec_verify_steps += 1
+                req.spec_draft_tokens += c - 1
+                req.spec_accepted_tokens += a
+                drafted += c - 1
+                accepted += a
+                if req.state is ReqState.RUNNING:
+                    self.scheduler.rewind(req, req.kv_len - (c - 1 - a))  # the rejected drafts' positions
+            top = [t[: req.top_logprobs_num] for t in tops[s0 : s0 + a + 1]] if tops else None
+            try:
+                self._on_tokens(req, tokens[s0 : s0 + a + 1], logprobs[s0 : s0 + a + 1] if logprobs else None, top,
+                                False)
+            except Exception as exc:  # one failing request never takes its batch down
+                log.exception("request %s failed", req.rid)
+                self._finish(req, AbortFinish(f"{type(exc).__name__}: {exc}"))
+        sb = sampled.sb  # one row per request: kept in step, so the next step reuses it (without penalty state)
+        if sb.output_counts is None and sb.seen is None:
+            added = np.array([len(r.output_ids) - n for r, n in zip(reqs, before)], dtype=np.int64)
+            sb.output_lens += host_to_device(added, self.device)
+            sampled.counted = [len(r.output_ids) for r in reqs]
+        c_ = self.counters
+        c_.spec_verify_steps += 1
+        c_.spec_draft_tokens += drafted
+        c_.spec_accepted_tokens += accepted
+        assert self.spec_policy is not None, "only a speculating engine verifies drafts"
+        self.spec_policy.observe(drafted, accepted)
+
+    def _drafts_likely(self, candidates: list[Req], in_flight: set[str], k: int) -> bool:
+        """Whether delivering the in-flight step for drafts may pay: n-gram lookups from the tokens without the
+        one in flight (k + 1 tokens, the first a guess of it) find something for some request. Other drafters
+        (a draft model, a grammar's forced text) need the delivered token: assume so."""
+        if not isinstance(self.drafter, NgramDrafter) or any(r.matcher is not None for r in candidates):
+            return True
+        waiting = [r for r in candidates if r.rid in in_flight]
+        return len(waiting) < len(candidates) or any(len(g) > 1 for g in self.drafter.propose(waiting, k + 1))
+
+    def _start_period(self, batch: ScheduleBatch) -> None:
+        """Remember when this step began and whether it only decodes (with or without drafts), so the next step
+        can tell the policy this one's throughput."""
+        decoding = all(it.sample and it.extend == 1 + it.drafts for it in batch.items)
+        kind = (len(batch.items), self._drafting) if decoding else None
+        self._period = (time.perf_counter(), self.counters.generated_tokens, kind)
+
+    def _observe_period(self) -> None:
+        period, self._period = self._period, None
+        if period is None:
+            return
+        start, tokens, kind = period
+        if kind is None:
+            return
+        batch_size, speculated = kind
+        assert self.spec_policy is not None, "called when speculating"
+        self.spec_policy.observe_step(batch_size, speculated, self.counters.generated_tokens - tokens,
+                                      time.perf_counter() - start)
+
+    def _prepare_drafts(self, prev: SampledStep | None) -> SampledStep | None:
+        """Propose the drafts of this step's decoding requests when the policy says a verify step pays; the
+        in-flight step (if any) is delivered first, as drafts are proposed from the host's tokens. Returns the
+        step still in flight."""
+        running = self.scheduler.running
+        for req in running:
+            req.draft_ids = req.draft_ids[:0]
+        assert self.spec_policy is not None and self.grammar_drafts is not None, "called when speculating"
+        in_flight = {r.rid for r in prev.reqs} if prev is not None else set()
+        # requests that would draft: decoding (their last token sampled, maybe still in flight), no penalty, and
+        # a drafter for them (grammar drafts alone serve only constrained requests)
+        candidates = [r for r in running if r.state is ReqState.RUNNING and _may_speculate(r)
+                      and (r.remaining == 1 or (r.remaining == 0 and r.rid in in_flight))
+                      and (self.drafter is not None or r.matcher is not None)]
+        self._drafting = False
+        if not candidates:
+            return prev
+        k = self.spec_policy.draft_tokens(len(running))
+        if k == 0:
+            return prev
+        self._drafting = True
+        if prev is not None:
+            if not self._drafts_likely(candidates, in_flight, k):
+                return prev  # nothing to verify: keep the overlap
+            self._deliver(prev)
+            self._inflight = prev = None
+        reqs = [r for r in candidates if r.state is ReqState.RUNNING and r.remaining == 1]
+        if not reqs:
+            return None
+        t0 = time.perf_counter()
+        proposals = self.drafter.propose(reqs, k) if self.drafter is not None else [r.draft_ids for r in reqs]
+        grammar_seconds = 0.0
+        for req, draft in zip(reqs, proposals):
+            most = min(k, req.output_budget(self.max_context) - 1)
+            if most <= 0:
+                continue
+            if req.matcher is not None:
+                g0 = time.perf_counter()
+                forced = self.grammar_drafts.forced(req.matcher, most)
+                draft = GrammarDrafts.allowed_prefix(req.matcher, forced if len(forced) else draft[:most])
+                grammar_seconds += time.perf_counter() - g0
+            req.draft_ids = np.asarray(draft[:most], dtype=np.int64)
+        self.counters.grammar_seconds += grammar_seconds
+        self.counters.draft_seconds += time.perf_counter() - t0 - grammar_seconds
+        return None
 
     def _sampling_batch(self, reqs: list[Req]) -> tuple[SamplingBatch, list[int]]:
         """The sampling tensors of `reqs` and the tokens each row will have counted after this step's sample:
@@ -348,13 +506,17 @@ class EngineCore:
                 top_logprobs_num=[r.top_logprobs_num for r in reqs])
         return sb, [n + 1 for n in lens]
 
-    def _grammar_masks(self, reqs: list[Req], stale: frozenset[str]) -> tuple[torch.Tensor | None,
-                                                                             torch.Tensor | None]:
-        """The packed masks of the constrained rows of `reqs`, on the device, and the logits row of each."""
+    def _grammar_masks(self, reqs: list[Req], stale: frozenset[str], counts: np.ndarray | None = None,
+                       ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """The packed masks of the constrained rows of `reqs`, on the device, and the logits row of each.
+        `counts`: rows per request of a verify step (its drafts' positions masked as the grammar stands after
+        the drafts before them)."""
         matchers = [(j, r.matcher) for j, r in enumerate(reqs) if r.matcher is not None]
         if not matchers:
             return None, None
         assert self.vocab is not None, "a request with a grammar was compiled against the engine's vocabulary"
+        if counts is not None:
+            return self._verify_masks(reqs, matchers, stale, counts)
         mask = self._masks.rows(len(matchers))
         for k, (j, matcher) in enumerate(matchers):
             if reqs[j].rid in stale or reqs[j].state is not ReqState.RUNNING:
@@ -368,9 +530,41 @@ class EngineCore:
                 mask[k] = -1  # any token: the row is sampled, then thrown away with its request
         return self._masks.upload([j for j, _ in matchers])
 
-    def _on_token(self, req: Req, token: int, logprob: float | None, top: TopLogprobs, computed: bool) -> bool:
-        """Take a sampled token. `computed`: a step already launched computes it (overlap), so a jump-forward
-        that replaces it must also rewind that position. Returns whether the request jumped forward."""
+    def _verify_masks(self, reqs: list[Req], matchers: list[tuple[int, GrammarMatcher]], stale: frozenset[str],
+                      counts: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """Masks of every verified position of the constrained requests: position i is masked with the grammar
+        advanced through the request's first i drafts (rolled back after)."""
+        starts = np.cumsum(counts) - counts
+        mask = self._masks.rows(int(sum(int(counts[j]) for j, _ in matchers)))
+        logit_rows: list[int] = []
+        for j, matcher in matchers:
+            c, req, k = int(counts[j]), reqs[j], len(logit_rows)
+            logit_rows.extend(range(int(starts[j]), int(starts[j]) + c))
+            if req.rid in stale or req.state is not ReqState.RUNNING:
+                mask[k : k + c] = -1
+                continue
+            advanced = 0
+            try:
+                for i in range(c):
+                    if i and not matcher.advance(int(req.draft_ids[i - 1])):
+                        mask[k + i : k + c] = -1  # drafts are cut where the grammar refuses: never reached
+                        break
+                    advanced += int(i > 0)
+                    matcher.fill_mask(mask[k + i])
+            except Exception as exc:
+                log.exception("grammar mask of request %s failed", req.rid)
+                self._grammar_failures[req.rid] = f"constraint failed: {type(exc).__name__}: {exc}"
+                mask[k : k + c] = -1
+            finally:
+                if advanced:
+                    matcher.rollback(advanced)
+        return self._masks.upload(logit_rows)
+
+    def _on_tokens(self, req: Req, tokens: list[int], logprobs: list[float] | None,
+                   tops: Sequence[TopLogprobs] | None, computed: bool) -> bool:
+        """Take sampled tokens (one, or a verify step's kept ones). `computed`: a step already launched computes
+        the token (overlap), so a jump-forward that replaces it must also rewind that position. Returns whether
+        the request jumped forward (only a single token jumps: with speculation, forced text is drafted)."""
         if req.state is not ReqState.RUNNING:
             return False
         failure = self._grammar_failures.pop(req.rid, None)
@@ -379,15 +573,24 @@ class EngineCore:
             return False
         if req.first_token_time is None:
             req.first_token_time = time.perf_counter()
-        if req.return_logprob:
-            req.output_token_logprobs.append((logprob, token))
-            if req.top_logprobs_num:
-                req.output_top_logprobs.append(top)
-        new_ids = [token]
-        if req.matcher is not None:
+        matcher = req.matcher
+        if matcher is not None:
             t0 = time.perf_counter()
-            if not req.matcher.advance(token):
-                raise RuntimeError(f"sampled token {token} is not allowed by the grammar")
+            for n, t in enumerate(tokens):
+                if not matcher.advance(t):
+                    raise RuntimeError(f"sampled token {t} is not allowed by the grammar")
+                if matcher.is_terminated() and n + 1 < len(tokens):  # the grammar ends inside kept drafts
+                    tokens = tokens[: n + 1]
+                    break
+            self.counters.grammar_seconds += time.perf_counter() - t0
+        if req.return_logprob:
+            req.output_token_logprobs.extend(zip(logprobs if logprobs is not None else [None] * len(tokens), tokens))
+            if req.top_logprobs_num:
+                req.output_top_logprobs.extend(tops[: len(tokens)] if tops is not None else [None] * len(tokens))
+        token = tokens[-1]
+        new_ids = list(tokens)
+        if matcher is not None and len(tokens) == 1 and self.spec_policy is None:
+            t0 = time.perf_counter()
             new_ids = self._jump_forward(req, token, computed)
             if computed and new_ids[0] != token:
                 self.scheduler.rewind(req, req.kv_len - 1)  # that step computed the replaced token
@@ -399,7 +602,7 @@ class EngineCore:
                     req.output_top_logprobs.extend(None for _ in new_ids[1:])
             self.counters.grammar_seconds += time.perf_counter() - t0
         self._append(req, new_ids)
-        return new_ids != [token]
+        return new_ids != tokens
 
     def _jump_forward(self, req: Req, token: int, computed: bool = False) -> list[int]:
         """The tokens to append for the sampled `token`: itself plus the text the grammar forces after it, appended
@@ -412,7 +615,7 @@ class EngineCore:
         assert m is not None, "only a constrained request jumps forward"
         if not self.config.enable_jump_forward or m.is_terminated():
             return [token]
-        forced = _whole_utf8_prefix(m.forced_suffix())
+        forced = whole_utf8_prefix(m.forced_suffix())
         if not forced or not self._jump_pays(len(forced), 2):  # a byte is a token at most: no need to tokenize
             return [token]
         budget = req.output_budget(self.max_context)  # the sampled token counts against it too
@@ -530,7 +733,12 @@ class EngineCore:
             return
         if not req.text_done:
             delta_text += self._text_so_far(req, finished=True)
+        if req.state is ReqState.RUNNING and req.kv_len > req.fill_len:
+            # positions computed for tokens it never kept (a verify step's drafts after a stop, a step in flight)
+            self.scheduler.rewind(req, req.fill_len)
         self.scheduler.finish(req)
+        if self.drafter is not None:
+            self.drafter.release(req.rid)
         self.reqs.pop(req.rid, None)
         self._grammar_failures.pop(req.rid, None)
         req.finish_reason = reason
@@ -559,6 +767,9 @@ class EngineCore:
             finish_reason=reason,
             e2e_latency=now - req.created,
             decode_steps_saved=req.decode_steps_saved,
+            spec_verify_steps=req.spec_verify_steps,
+            spec_draft_tokens=req.spec_draft_tokens,
+            spec_accepted_tokens=req.spec_accepted_tokens,
             ttft=None if req.first_token_time is None else req.first_token_time - req.created,
             constraint_relaxations=req.grammar.relaxations if req.grammar is not None else (),
             constraint_narrowings=req.grammar.narrowings if req.grammar is not None else (),
@@ -598,15 +809,13 @@ class EngineCore:
             **{k: getattr(c, k) for k in c.__dataclass_fields__},
             "grammar_us_per_request_step_p50": self.grammar_us_per_request.quantile(0.5),
             "grammar_us_per_request_step_p90": self.grammar_us_per_request.quantile(0.9),
+            "spec_accept_rate": c.spec_accepted_tokens / c.spec_draft_tokens if c.spec_draft_tokens else None,
         }
 
 
-def _whole_utf8_prefix(data: bytes) -> bytes:
-    """`data` without an incomplete UTF-8 sequence at its end (the grammar may force part of a character)."""
-    for cut in range(min(3, len(data)) + 1):
-        try:
-            (data[: len(data) - cut]).decode("utf-8")
-            return data[: len(data) - cut]
-        except UnicodeDecodeError:
-            continue
-    return b""
+
+def _may_speculate(req: Req) -> bool:
+    """Penalties count every earlier token, so a drafted position would need the drafts before it counted:
+    requests with a penalty decode one token per step."""
+    p = req.params
+    return p.frequency_penalty == 0.0 and p.presence_penalty == 0.0 and p.repetition_penalty == 1.0

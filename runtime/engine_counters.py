@@ -20,6 +20,9 @@ class EngineCounters:
     cached_tokens: int = 0
     generated_tokens: int = 0
     jump_forward_tokens: int = 0
+    spec_verify_steps: int = 0  # steps that verified drafts
+    spec_draft_tokens: int = 0  # drafted tokens verified
+    spec_accepted_tokens: int = 0  # ... and kept
     finished: int = 0
     aborted: int = 0
     preemptions: int = 0
@@ -29,6 +32,7 @@ class EngineCounters:
     grammar_seconds: float = 0.0  # mask filling + matcher advances + jump-forward
     grammar_request_steps: int = 0  # constrained requests summed over steps (grammar_seconds' denominator)
     sample_seconds: float = 0.0
+    draft_seconds: float = 0.0  # proposing drafts (n-gram lookup, the draft model), grammar work excluded
 
 
 class StepTimes:

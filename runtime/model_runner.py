@@ -71,6 +71,7 @@ class ModelRunner:
         self.model, self.model_config = load_model(
             self.model_path, config.load_format, self.device, self.dtype, dummy_config=config.dummy_config,
             max_position_embeddings=config.context_length, seed=config.random_seed, weight_cache_dir=cache_dir(),
+            quantization=config.quantization,
         )
         self.context_length = self.model_config.max_position_embeddings
         pack = kernels.linear_weight_packer(self.dtype, self.device)
@@ -100,12 +101,16 @@ class ModelRunner:
             self.graph_runner = CudaGraphRunner(
                 self._run_model, self.req_to_token_pool.req_to_token,
                 min(config.cuda_graph_max_bs, config.max_running_requests), self.context_length,
-                row_tokens=multi_token_rows(config.cuda_graph_max_row_tokens))
+                row_tokens=multi_token_rows(config.cuda_graph_max_row_tokens),
+                verify_max_bs=config.speculative_max_batch if config.speculative_algorithm is not None else 0)
 
-    def step_cost(self, batch_size: int, row_tokens: int) -> float:
+    def step_cost(self, batch_size: int, row_tokens: int, every_token: bool = False) -> float:
         """Decode steps' worth of time a step of `batch_size` requests costs in which some add up to `row_tokens`
-        tokens each: >= 1 where decode steps replay CUDA graphs, 1 where every step runs eagerly."""
-        return self.graph_runner.step_cost(batch_size, row_tokens) if self.graph_runner is not None else 1.0
+        tokens each (`every_token`: each scored, a verify step): >= 1 where decode steps replay CUDA graphs, 1
+        where every step runs eagerly."""
+        if self.graph_runner is None:
+            return 1.0
+        return self.graph_runner.step_cost(batch_size, row_tokens, every_token)
 
     @property
     def max_graph_row_tokens(self) -> int | None:
@@ -124,6 +129,9 @@ class ModelRunner:
         if graphs is not None:
             if graphs.can_run(batch):
                 return graphs.replay(batch)
+            k = graphs.verify_rows(batch)
+            if k is not None:
+                return graphs.replay_verify(batch, k)
             k = graphs.short_rows(batch)
             if k is not None:
                 return graphs.replay_short(batch, k)

@@ -60,6 +60,9 @@ class MetaInfo:
     e2e_latency: float
     decode_steps_saved: int
     ttft: float | None = None
+    spec_verify_steps: int = 0  # speculative decoding: steps that verified drafts of this request
+    spec_draft_tokens: int = 0  # ... the drafts they verified
+    spec_accepted_tokens: int = 0  # ... and the drafts kept
     constraint_relaxations: tuple[str, ...] = ()  # what a JSON Schema asked that its grammar could not enforce
     constraint_narrowings: tuple[str, ...] = ()  # what its grammar enforces more strictly (key order, inferred types)
     input_token_logprobs: list[TokenLogprob] | None = None
@@ -79,6 +82,10 @@ class MetaInfo:
         }
         if self.ttft is not None:
             info["ttft"] = self.ttft
+        if self.spec_verify_steps:
+            info["spec_verify_steps"] = self.spec_verify_steps
+            info["spec_draft_tokens"] = self.spec_draft_tokens
+            info["spec_accepted_tokens"] = self.spec_accepted_tokens
         if self.constraint_relaxations:
             info["constraint_relaxations"] = list(self.constraint_relaxations)
         if self.constraint_narrowings:

@@ -20,6 +20,10 @@ if TYPE_CHECKING:
     from radixgen.runtime.stop_checker import Detokenizer, StopChecker
 
 
+_NO_DRAFTS: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
+_NO_DRAFTS.flags.writeable = False
+
+
 class ReqState(enum.Enum):
     WAITING = "waiting"  # queued for admission
     RUNNING = "running"  # holds a req_to_token row and KV slots
@@ -65,6 +69,11 @@ class Req:
     grammar: CompiledGrammar | None = None
     matcher: GrammarMatcher | None = None
     decode_steps_saved: int = 0
+    # Speculative decoding: the drafts the next step verifies (set by the engine before scheduling), and totals.
+    draft_ids: npt.NDArray[np.int64] = field(default_factory=lambda: _NO_DRAFTS)
+    spec_verify_steps: int = 0
+    spec_draft_tokens: int = 0
+    spec_accepted_tokens: int = 0
     # Finish.
     finish_reason: FinishReason | None = None
     # Streaming/output plumbing (set by the engine front).

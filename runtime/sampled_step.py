@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from radixgen.runtime.request import Req
@@ -24,6 +25,7 @@ class SampledStep:
     host: list[torch.Tensor | None]  # tokens, logprobs, top-logprob values, top-logprob ids
     ready: torch.cuda.Event | None  # None: host copies are complete (CPU device)
     stale: frozenset[str] = frozenset()  # requests whose sample here is dropped (their tokens changed meanwhile)
+    counts: np.ndarray | None = None  # a verify step: rows sampled per request (1 + its drafts); None: one each
 
 
 def copy_to_host(tensors: list[torch.Tensor | None]) -> tuple[list[torch.Tensor | None], torch.cuda.Event | None]:

@@ -46,6 +46,7 @@ class ScheduledReq:
     sample: bool  # the step reaches the end of fill_ids: sample the next token from the last row
     sync_from: int  # the device req_to_token row is rewritten over [sync_from, start + extend)
     logits_from: int | None = None  # offset within the extend from which every row needs logits (prompt logprobs)
+    drafts: int = 0  # a verify step: the extend is the last token plus this many drafted tokens, all sampled
 
 
 @dataclass
@@ -134,24 +135,28 @@ class Scheduler:
         budget = self.limits.max_prefill_tokens
         chunk = self.limits.chunked_prefill_size if self.limits.chunked_prefill_size > 0 else 1 << 62
 
-        # 1. running requests: decodes first (one token each), then continuing chunks.
+        # 1. running requests: decodes first (one token each, plus its drafts), then continuing chunks.
         running = sorted(self.running, key=lambda r: (r.remaining > 1, r.admit_seq))
         for req in running:
             if req.state is not ReqState.RUNNING:
                 continue  # preempted earlier in this loop
-            n = min(req.remaining, chunk) if req.remaining > 1 else 1
+            drafts = len(req.draft_ids) if req.remaining == 1 else 0
+            n = min(req.remaining, chunk) if req.remaining > 1 else 1 + drafts
             if req.remaining > 1:
                 n = min(n, budget)
                 if n <= 0:
                     continue
             slots = self._alloc(n)
+            if slots is None and drafts:  # memory is short: verify no drafts rather than preempt for them
+                drafts, n = 0, 1
+                slots = self._alloc(n)
             while slots is None and self._preempt_one(batch, keep=req):
                 slots = self._alloc(n)
             if slots is None:
                 continue  # nothing left to preempt; try again next step
             if req.remaining > 1:
                 budget -= n
-            self._extend(batch, req, slots)
+            self._extend(batch, req, slots, drafts)
 
         # 2. admit waiting requests in policy order while budget and memory last.
         if budget > 0 and self.waiting:
@@ -170,6 +175,8 @@ class Scheduler:
             return None
         if any(r.state is ReqState.RUNNING and r.remaining > 0 for r in in_flight):
             return None  # tokens to compute beyond the one in flight (jump-forward): an extend, on the host's ids
+        if any(len(r.draft_ids) for r in self.running):
+            return None  # drafts to verify: a verify step, on the host's ids
         max_context = self.limits.max_context
         keep = [j for j, r in enumerate(in_flight)
                 if r.state is ReqState.RUNNING and r.output_budget(max_context) > 1]
@@ -204,13 +211,16 @@ class Scheduler:
         req.kv_len = kv_len
         req.synced_len = min(req.synced_len, kv_len)
 
-    def _extend(self, batch: ScheduleBatch, req: Req, slots: SlotArray) -> None:
+    def _extend(self, batch: ScheduleBatch, req: Req, slots: SlotArray, drafts: int = 0) -> None:
+        """Positions [kv_len, kv_len + len(slots)) of `req` into the batch; the last `drafts` of them hold drafted
+        tokens (a verify step), which are never cached: the engine rewinds the rejected ones."""
         start, n = req.kv_len, len(slots)
         sync_from = self._place(req, slots)
         logits_from = None
         if req.logprob_start_len is not None and req.output_ids == [] and start + n > req.logprob_start_len - 1:
             logits_from = max(req.logprob_start_len - 1 - start, 0)
-        batch.items.append(ScheduledReq(req, start, n, start + n == req.fill_len, sync_from, logits_from))
+        batch.items.append(ScheduledReq(req, start, n, start + n - drafts == req.fill_len, sync_from, logits_from,
+                                        drafts))
 
     def _place(self, req: Req, slots: SlotArray) -> int:
         """Give positions [kv_len, kv_len + len(slots)) these slots; returns the first position whose device
@@ -287,7 +297,7 @@ class Scheduler:
         """Record the computed positions; share finished prefill chunks through the tree."""
         for it in batch.items:
             it.req.kv_len = it.start + it.extend
-            if it.extend > 1:
+            if it.extend > 1 and not it.drafts:
                 self._cache_computed(it.req)
 
     def _cache_computed(self, req: Req) -> None:

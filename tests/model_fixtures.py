@@ -46,13 +46,15 @@ TINY_CONFIGS: dict[str, dict] = {
 }
 
 
-def write_tiny_checkpoint(folder: Path, family: str, seed: int = 0, max_shard_size: str | None = None) -> Path:
-    """Save a random `family` model (every weight, norms and biases included, drawn at random) to `folder`."""
+def write_tiny_checkpoint(folder: Path, family: str, seed: int = 0, max_shard_size: str | None = None,
+                          overrides: dict | None = None) -> Path:
+    """Save a random `family` model (every weight, norms and biases included, drawn at random) to `folder`;
+    `overrides` replace entries of its config (e.g. a real tokenizer's `vocab_size`)."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
     folder.mkdir(parents=True, exist_ok=True)
-    cfg_dict = copy.deepcopy(TINY_CONFIGS[family])
+    cfg_dict = {**copy.deepcopy(TINY_CONFIGS[family]), **(overrides or {})}
     (folder / "config.json").write_text(json.dumps(cfg_dict))
     config = AutoConfig.from_pretrained(folder)
     torch.manual_seed(seed)

@@ -181,3 +181,30 @@ def test_multi_token_rows_refuse_what_they_do_not_compute(setup, short_runner):
     from radixgen.runtime.model_runner import multi_token_rows
 
     assert multi_token_rows(8) == (2, 4, 8) and multi_token_rows(5) == (2, 4) and multi_token_rows(1) == ()
+
+
+def test_verify_rows_replay_scores_every_token_as_the_eager_forward(setup):
+    """A speculative verify batch (rows of 1 to k tokens, a logits row for every token) in the verify graphs'
+    buffers: logits of every token equal the eager forward's; larger batches than verify_max_bs are refused."""
+    model, pool, rows, lens, _ = setup
+    attention = attention_backend_for(model.config, torch.device("cpu"), torch.float32)
+    runner = CudaGraphRunner(lambda fb: model(fb, pool, attention, attention.plan(fb)), rows.req_to_token, max_bs=8,
+                             max_context=TINY["max_position_embeddings"], use_graphs=False, row_tokens=(2, 4),
+                             verify_max_bs=4)
+    assert runner.verify_sizes == [1, 2, 4]
+    cases = [([3, 7, 5], [1, 4, 2]), ([8], [3]), ([1, 4, 6, 9], [4, 1, 3, 1])]
+    for step, (reqs, extends) in enumerate(cases):
+        _fill_kv(pool, seed=step)
+        fb, _ = _short_batch(rows, lens, reqs, extends, seed=300 + step)
+        fb.logits_indices = torch.arange(fb.num_tokens)
+        k = runner.verify_rows(fb)
+        assert k == (2 if max(extends) <= 2 else 4) and runner.short_rows(fb) is None
+        with torch.inference_mode():
+            want = runner.forward(fb)
+        got = runner.replay_verify(fb, k)
+        assert got.shape == (fb.num_tokens, TINY["vocab_size"])
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        assert runner.verify_logits_rows[fb.num_tokens:].eq(0).all()
+    big, _ = _short_batch(rows, lens, [0, 1, 2, 3, 4], [2, 1, 1, 1, 1], seed=0)
+    big.logits_indices = torch.arange(big.num_tokens)
+    assert runner.verify_rows(big) is None  # 5 requests: above verify_max_bs

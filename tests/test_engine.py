@@ -257,7 +257,7 @@ def test_cache_namespaces_keep_prefixes_apart(engine):
 
 
 def test_whole_utf8_prefix_cuts_only_an_incomplete_tail():
-    from radixgen.runtime.engine_core import _whole_utf8_prefix
+    from radixgen.runtime.speculative.grammar_drafts import whole_utf8_prefix as _whole_utf8_prefix
 
     euro = "€".encode()
     assert _whole_utf8_prefix(b'{"a": ' + euro) == b'{"a": ' + euro

@@ -46,6 +46,12 @@ class ServerMetrics:
         self.kv_cached = Gauge("radixgen_kv_cached_tokens", "KV slots held by the radix cache", registry=r)
         self.cache_hit_rate = Gauge("radixgen_cache_hit_rate",
                                     "cached / prompt tokens over all finished requests", registry=r)
+        self.spec_draft_tokens = Gauge("radixgen_spec_draft_tokens",
+                                       "speculative decoding: drafted tokens verified since start", registry=r)
+        self.spec_accepted_tokens = Gauge("radixgen_spec_accepted_tokens",
+                                          "speculative decoding: drafted tokens kept since start", registry=r)
+        self.spec_accept_rate = Gauge("radixgen_spec_accept_rate",
+                                      "speculative decoding: kept / drafted tokens since start", registry=r)
 
     def observe_generation(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int, reason: str,
                            e2e: float) -> None:
@@ -63,6 +69,10 @@ class ServerMetrics:
         self.kv_cached.set(stats.get("kv_slots_cached", 0))
         prompt = stats.get("prompt_tokens", 0)
         self.cache_hit_rate.set(stats.get("cached_tokens", 0) / prompt if prompt else 0.0)
+        drafted = stats.get("spec_draft_tokens", 0)
+        self.spec_draft_tokens.set(drafted)
+        self.spec_accepted_tokens.set(stats.get("spec_accepted_tokens", 0))
+        self.spec_accept_rate.set(stats.get("spec_accepted_tokens", 0) / drafted if drafted else 0.0)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

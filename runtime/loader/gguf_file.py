@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Protocol
 
+import numpy as np
 import torch
 from gguf import GGMLQuantizationType
 
@@ -102,9 +104,23 @@ def dequantize_tensor(tensor: GGUFTensor, path: Path, device: torch.device | str
         raise CorruptModelFileError(f"{path}: tensor {tensor.name} could not be dequantized ({e})") from None
 
 
+class BlockSink(Protocol):
+    """Takes the still-packed blocks of the tensors it wants (runtime/quant/gguf_linears.py)."""
+
+    def wants_blocks(self, name: str) -> bool: ...
+
+    def put_blocks(self, name: str, blocks: torch.Tensor, qtype: int, in_features: int) -> None: ...
+
+
+def tensor_blocks(tensor: GGUFTensor, device: torch.device) -> torch.Tensor:
+    """A quantized matrix's bytes as stored, uint8 [rows, bytes per row], on `device`."""
+    return torch.from_numpy(np.array(tensor.data, copy=True)).reshape(tensor.shape[0], -1).to(device)
+
+
 def load_gguf_weights(sink: WeightSink, gguf_file: GGUFFile, config: ModelConfig, path: Path,
-                      device: torch.device) -> None:
-    """Dequantize, un-permute and copy every tensor into the sink, one tensor at a time."""
+                      device: torch.device, blocks: BlockSink | None = None) -> None:
+    """Dequantize, un-permute and copy every tensor into the sink, one tensor at a time; the tensors `blocks`
+    wants go to it packed (rows un-permuted all the same)."""
     for t in gguf_file.tensors:  # check every type first: fail before spending time on the others
         if t.tensor_type not in SUPPORTED_TYPES:
             raise UnsupportedQuantizationError(_unsupported_message(path, t))
@@ -116,15 +132,21 @@ def load_gguf_weights(sink: WeightSink, gguf_file: GGUFFile, config: ModelConfig
         if name is None:
             sink.skip(t.name, origin=str(path))
             continue
-        if not sink.wants(name):
+        if blocks is not None and blocks.wants_blocks(name):
+            w = tensor_blocks(t, device)
+        elif not sink.wants(name):
             sink.skip(name, origin=str(path))
             continue
-        w = dequantize_tensor(t, path, device)
+        else:
+            w = dequantize_tensor(t, path, device)
         if permuted and ".self_attn.q_proj." in name:
             w = unpermute_qk(w, config.num_attention_heads)
         elif permuted and ".self_attn.k_proj." in name:
             w = unpermute_qk(w, config.num_key_value_heads)
-        sink.put(name, w, origin=str(path))
+        if blocks is not None and blocks.wants_blocks(name):
+            blocks.put_blocks(name, w, t.tensor_type.value, int(t.shape[1]))
+        else:
+            sink.put(name, w, origin=str(path))
 
 
 def _unsupported_message(path: Path, tensor: GGUFTensor) -> str:

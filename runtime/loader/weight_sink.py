@@ -18,9 +18,10 @@ _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 class WeightSink:
     """Receives (name, tensor) pairs in any order; `finish()` checks that every expected tensor arrived."""
 
-    def __init__(self, model: LlamaForCausalLM, source: str) -> None:
+    def __init__(self, model: LlamaForCausalLM, source: str, exclude: frozenset[str] = frozenset()) -> None:
+        """`exclude`: names another sink takes (the layer linears of a quantized checkpoint)."""
         self.source = source
-        self.targets = model.checkpoint_targets()
+        self.targets = {name: t for name, t in model.checkpoint_targets().items() if name not in exclude}
         self.loaded: set[str] = set()
         self.tied = model.config.tie_word_embeddings
 

@@ -9,6 +9,11 @@ reference elsewhere); this file only wires them together.
 Weights are stored fused: q/k/v as one `qkv_proj` and gate/up as one `gate_up_proj`, so attention input and the
 MLP input each take a single matmul. `checkpoint_targets()` maps every checkpoint tensor name (HF naming) to the
 rows of the fused parameter it fills, so loaders copy tensor by tensor with no intermediate model.
+
+The four matmul weights of a layer may also be quantized (`kernels.quant_weight`: int4, FP8, GGUF blocks):
+`linear_slots()` names each with the checkpoint modules it fuses, and `set_linear` swaps one in; a model built
+with `dense_linears=False` holds no dense copy of them meanwhile (runtime/quant/ fills them at load). The
+embedding and the LM head stay dense.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import torch
 from torch import nn
 
 from radixgen import kernels
+from radixgen.kernels.quant_weight import LinearWeight
 from radixgen.runtime.attention import AttentionBackend
 from radixgen.runtime.config import ModelConfig
 from radixgen.runtime.forward_batch import ForwardBatch
@@ -46,6 +52,22 @@ def _rope_cache(config: ModelConfig, device: torch.device) -> torch.Tensor:
 
 
 @dataclass(frozen=True)
+class LinearSlot:
+    """One matmul weight of the model: attribute `attr` of `module`, the row-wise concatenation of the checkpoint
+    modules `shards` (HF prefixes such as "model.layers.0.self_attn.q_proj", each with its row count)."""
+
+    module: nn.Module
+    attr: str
+    shards: tuple[tuple[str, int], ...]
+
+    @property
+    def weight(self) -> LinearWeight:
+        w = getattr(self.module, self.attr)
+        assert isinstance(w, LinearWeight)
+        return w
+
+
+@dataclass(frozen=True)
 class WeightTarget:
     """Where one checkpoint tensor goes: rows [start, stop) of `param` (the whole param for unfused weights)."""
 
@@ -55,7 +77,8 @@ class WeightTarget:
 
 
 class LlamaAttention(nn.Module):
-    def __init__(self, config: ModelConfig, layer: int, device: torch.device, dtype: torch.dtype) -> None:
+    def __init__(self, config: ModelConfig, layer: int, device: torch.device, dtype: torch.dtype,
+                 linear_device: torch.device) -> None:
         super().__init__()
         c = config
         self.num_heads, self.num_kv_heads, self.head_dim = c.num_attention_heads, c.num_key_value_heads, c.head_dim
@@ -63,9 +86,10 @@ class LlamaAttention(nn.Module):
         self.eps = c.rms_norm_eps
         self.layer = layer  # its K/V buffers in the pool, and the backend's view of it (scale, sliding window)
         p = functools.partial(_param, device=device, dtype=dtype)
-        self.qkv_proj = p(c.q_size + 2 * c.kv_size, c.hidden_size)
+        lin = functools.partial(_param, device=linear_device, dtype=dtype)
+        self.qkv_proj = lin(c.q_size + 2 * c.kv_size, c.hidden_size)
         self.qkv_bias = p(c.q_size + 2 * c.kv_size) if c.attention_bias else None
-        self.o_proj = p(c.hidden_size, c.q_size)
+        self.o_proj = lin(c.hidden_size, c.q_size)
         self.o_bias = p(c.hidden_size) if c.attention_out_bias else None
         self.q_norm = p(c.head_dim) if c.qk_norm else None
         self.k_norm = p(c.head_dim) if c.qk_norm else None
@@ -89,13 +113,14 @@ class LlamaAttention(nn.Module):
 
 
 class LlamaMLP(nn.Module):
-    def __init__(self, config: ModelConfig, device: torch.device, dtype: torch.dtype) -> None:
+    def __init__(self, config: ModelConfig, device: torch.device, dtype: torch.dtype,
+                 linear_device: torch.device) -> None:
         super().__init__()
         p = functools.partial(_param, device=device, dtype=dtype)
         inter = config.intermediate_size
-        self.gate_up_proj = p(2 * inter, config.hidden_size)
+        self.gate_up_proj = _param(2 * inter, config.hidden_size, device=linear_device, dtype=dtype)
         self.gate_up_bias = p(2 * inter) if config.mlp_bias else None
-        self.down_proj = p(config.hidden_size, inter)
+        self.down_proj = _param(config.hidden_size, inter, device=linear_device, dtype=dtype)
         self.down_bias = p(config.hidden_size) if config.mlp_bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -104,13 +129,14 @@ class LlamaMLP(nn.Module):
 
 
 class LlamaDecoderLayer(nn.Module):
-    def __init__(self, config: ModelConfig, layer: int, device: torch.device, dtype: torch.dtype) -> None:
+    def __init__(self, config: ModelConfig, layer: int, device: torch.device, dtype: torch.dtype,
+                 linear_device: torch.device) -> None:
         super().__init__()
         self.eps = config.rms_norm_eps
         self.input_layernorm = _param(config.hidden_size, device=device, dtype=dtype)
         self.post_attention_layernorm = _param(config.hidden_size, device=device, dtype=dtype)
-        self.self_attn = LlamaAttention(config, layer, device, dtype)
-        self.mlp = LlamaMLP(config, device, dtype)
+        self.self_attn = LlamaAttention(config, layer, device, dtype, linear_device)
+        self.mlp = LlamaMLP(config, device, dtype, linear_device)
 
     def forward(self, h: torch.Tensor, residual: torch.Tensor | None, batch: ForwardBatch, k_cache: torch.Tensor,
                 v_cache: torch.Tensor, cos_sin: torch.Tensor, attention: AttentionBackend[M],
@@ -128,16 +154,18 @@ class LlamaDecoderLayer(nn.Module):
 
 class LlamaForCausalLM(nn.Module):
     """Decoder + LM head. `forward(batch, kv_pool, attention, plan) -> logits [num_logit_rows, vocab]` in
-    float32, `plan` being `attention.plan(batch)`."""
+    float32, `plan` being `attention.plan(batch)`. `dense_linears=False` leaves the layers' matmul weights
+    unallocated (on the meta device) until `set_linear` fills them."""
 
     def __init__(self, config: ModelConfig, device: torch.device | str = "cpu",
-                 dtype: torch.dtype = torch.float32) -> None:
+                 dtype: torch.dtype = torch.float32, dense_linears: bool = True) -> None:
         super().__init__()
         device = torch.device(device)
+        linear_device = device if dense_linears else torch.device("meta")
         self.config = config
         self.embed_tokens = _param(config.vocab_size, config.hidden_size, device=device, dtype=dtype)
         self.layers = nn.ModuleList(
-            LlamaDecoderLayer(config, i, device, dtype) for i in range(config.num_hidden_layers)
+            LlamaDecoderLayer(config, i, device, dtype, linear_device) for i in range(config.num_hidden_layers)
         )
         self.norm = _param(config.hidden_size, device=device, dtype=dtype)
         self.lm_head = (self.embed_tokens if config.tie_word_embeddings
@@ -172,13 +200,39 @@ class LlamaForCausalLM(nn.Module):
         return kernels.linear(x, self.lm_head).float()
 
     def pack_linear_weights(self, pack: Callable[[torch.Tensor], torch.Tensor]) -> None:
-        """Replace every matmul weight with `pack(weight)` (`kernels.linear_weight_packer`: a layout only
-        `kernels.linear` reads). A tied LM head gets its own packed copy; the embedding table stays plain."""
-        for layer in self.decoder_layers():
-            for module, name in ((layer.self_attn, "qkv_proj"), (layer.self_attn, "o_proj"),
-                                 (layer.mlp, "gate_up_proj"), (layer.mlp, "down_proj")):
-                setattr(module, name, nn.Parameter(pack(getattr(module, name)), requires_grad=False))
+        """Replace every dense matmul weight with `pack(weight)` (`kernels.linear_weight_packer`: a layout only
+        `kernels.linear` reads); quantized ones stay. A tied LM head gets its own packed copy; the embedding table
+        stays plain."""
+        for slot in self.linear_slots():
+            w = slot.weight
+            if isinstance(w, torch.Tensor):
+                setattr(slot.module, slot.attr, nn.Parameter(pack(w), requires_grad=False))
         self.lm_head = nn.Parameter(pack(self.lm_head), requires_grad=False)
+
+    def linear_slots(self) -> list[LinearSlot]:
+        """Every layer's matmul weight, with the checkpoint modules it fuses (the LM head is not one of them)."""
+        c = self.config
+        out = []
+        for i, layer in enumerate(self.decoder_layers()):
+            p, attn, mlp = f"model.layers.{i}.", layer.self_attn, layer.mlp
+            out += [
+                LinearSlot(attn, "qkv_proj", ((p + "self_attn.q_proj", c.q_size), (p + "self_attn.k_proj", c.kv_size),
+                                              (p + "self_attn.v_proj", c.kv_size))),
+                LinearSlot(attn, "o_proj", ((p + "self_attn.o_proj", c.hidden_size),)),
+                LinearSlot(mlp, "gate_up_proj", ((p + "mlp.gate_proj", c.intermediate_size),
+                                                 (p + "mlp.up_proj", c.intermediate_size))),
+                LinearSlot(mlp, "down_proj", ((p + "mlp.down_proj", c.hidden_size),)),
+            ]
+        return out
+
+    @staticmethod
+    def set_linear(slot: LinearSlot, weight: LinearWeight) -> None:
+        """Put `weight` (dense or quantized, [rows of all shards, in features]) in `slot`."""
+        if hasattr(slot.module, slot.attr):
+            delattr(slot.module, slot.attr)  # a registered parameter refuses a non-tensor value
+        if isinstance(weight, torch.Tensor) and not isinstance(weight, nn.Parameter):
+            weight = nn.Parameter(weight, requires_grad=False)
+        setattr(slot.module, slot.attr, weight)
 
     def checkpoint_targets(self) -> dict[str, WeightTarget]:
         """Every tensor name a checkpoint (HF naming) must provide -> where it goes in the fused parameters."""

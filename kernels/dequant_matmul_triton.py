@@ -1,0 +1,280 @@
+"""Triton twins of `quant_linear_reference` for weights decoded in registers: int4 (W4A16) and GGUF blocks.
+
+One skeleton, one tile decoder per format. A program owns BLOCK_N output columns of BLOCK_M rows and a slice of
+K (split-K, so a batch-1 GEMV still fills the GPU: the slices' fp32 partial sums land in [splits, M, N] and are
+added in a fixed order, so results do not depend on scheduling); each step decodes a [BLOCK_K, BLOCK_N] weight
+tile in which every column shares its group or block scale, and multiplies it with tensor cores (BLOCK_M >= 16)
+or by a broadcast product (fewer rows). int4 at fewer than 16 rows has its own GEMV kernels, which never unpack a
+tile: they apply each group's scale and zero to partial sums. Many rows (prefill) decode the whole weight once
+into the activation dtype and run the dense matmul instead, which is compute-bound anyway.
+
+Launch parameters depend on shapes only, so the matmul captures in CUDA graphs.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+from torch import Tensor
+
+from radixgen.kernels.gguf_ref import Q4_0, Q4_1, Q4_K, Q6_K, Q8_0
+from radixgen.kernels.quant_weight import GGUFWeight, Int4Weight
+
+INT4_FORMAT = 1000  # format id of Int4Weight in the kernels (the GGUF formats go by their GGML type ids)
+DENSE_FROM_ROWS = 128  # from this many rows on, decode the weight once and run the dense matmul
+# the int4 GEMV's tiles (rows < 16): BLOCK_N columns, BLOCK_K inputs per step (a power of two, a multiple of the
+# group), and programs per SM that split-K aims for; one row has its own 2-D kernel
+GEMV1_BLOCK_N, GEMV1_BLOCK_K, GEMV1_PROGRAMS_PER_SM = 64, 512, 8
+GEMV_BLOCK_N, GEMV_BLOCK_K, GEMV_PROGRAMS_PER_SM, GEMV_WARPS = 32, 256, 4, 4
+
+# rows of the block column one decode step covers: a scale group (int4) or a GGUF (sub-)block
+_GGUF_BLOCK_K = {Q8_0.code: 32, Q4_0.code: 32, Q4_1.code: 32, Q4_K.code: 32, Q6_K.code: 16}
+
+
+@triton.jit
+def _u8(ptr, off, mask):
+    return tl.load(ptr + off, mask=mask, other=0).to(tl.int32)
+
+
+@triton.jit
+def _f16(ptr, off, mask):
+    """The little-endian half at byte offset `off` (2-aligned) as fp32."""
+    lo = tl.load(ptr + off, mask=mask, other=0).to(tl.uint16)
+    hi = tl.load(ptr + off + 1, mask=mask, other=0).to(tl.uint16)
+    return (lo | (hi << 8)).to(tl.float16, bitcast=True).to(tl.float32)
+
+
+@triton.jit
+def _decode_tile(w0, w1, w2, k0, offs_n, mask_n, N, ROW_BYTES, FORMAT: tl.constexpr, GROUP: tl.constexpr,
+                 BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Weight rows k0 .. k0 + BLOCK_K (one scale group or block column) x columns offs_n, fp32 [BLOCK_K, BLOCK_N].
+
+    int4: w0 = qweight, w1 = scales, w2 = zeros. GGUF: w0 = the uint8 rows of blocks."""
+    e = tl.arange(0, BLOCK_K)
+    mask = mask_n[None, :]
+    if FORMAT == 1000:  # INT4_FORMAT
+        packed = tl.load(w0 + (k0 // 8 + tl.arange(0, BLOCK_K // 8))[:, None] * N + offs_n[None, :], mask=mask,
+                         other=0)
+        shifts = tl.arange(0, 8) * 4
+        q = tl.reshape((packed[:, None, :] >> shifts[None, :, None]) & 0xF, (BLOCK_K, BLOCK_N))
+        g = k0 // GROUP
+        s = tl.load(w1 + g * N + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+        z = tl.load(w2 + g * N + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+        w = (q.to(tl.float32) - z[None, :]) * s[None, :]
+    elif FORMAT == 8:  # Q8_0
+        base = offs_n.to(tl.int64) * ROW_BYTES + (k0 // 32) * 34
+        d = _f16(w0, base, mask_n)
+        q = tl.load(w0 + base[None, :] + 2 + e[:, None], mask=mask, other=0).to(tl.int8, bitcast=True)
+        w = q.to(tl.float32) * d[None, :]
+    elif FORMAT == 2:  # Q4_0
+        base = offs_n.to(tl.int64) * ROW_BYTES + (k0 // 32) * 18
+        d = _f16(w0, base, mask_n)
+        q = (_u8(w0, base[None, :] + 2 + (e % 16)[:, None], mask) >> (4 * (e // 16))[:, None]) & 0xF
+        w = d[None, :] * (q - 8).to(tl.float32)
+    elif FORMAT == 3:  # Q4_1
+        base = offs_n.to(tl.int64) * ROW_BYTES + (k0 // 32) * 20
+        d = _f16(w0, base, mask_n)
+        m = _f16(w0, base + 2, mask_n)
+        q = (_u8(w0, base[None, :] + 4 + (e % 16)[:, None], mask) >> (4 * (e // 16))[:, None]) & 0xF
+        w = d[None, :] * q.to(tl.float32) + m[None, :]
+    elif FORMAT == 12:  # Q4_K: block column k0 is sub-block j of its super-block
+        base = offs_n.to(tl.int64) * ROW_BYTES + (k0 // 256) * 144
+        j = (k0 % 256) // 32
+        d = _f16(w0, base, mask_n)
+        dmin = _f16(w0, base + 2, mask_n)
+        a = _u8(w0, base + 4 + j % 4, mask_n)
+        b = _u8(w0, base + 8 + j % 4, mask_n)
+        c = _u8(w0, base + 12 + j % 4, mask_n)
+        sc = tl.where(j < 4, a & 63, (c & 0xF) | ((a >> 6) << 4)).to(tl.float32)
+        mn = tl.where(j < 4, b & 63, (c >> 4) | ((b >> 6) << 4)).to(tl.float32)
+        q = (_u8(w0, base[None, :] + 16 + (j // 2) * 32 + e[:, None], mask) >> (4 * (j % 2))) & 0xF
+        w = (d * sc)[None, :] * q.to(tl.float32) - (dmin * mn)[None, :]
+    else:  # Q6_K: block column k0 is the 16 elements of scale j
+        base = offs_n.to(tl.int64) * ROW_BYTES + (k0 // 256) * 210
+        t = k0 % 256 + e  # element within the super-block
+        half = t // 128
+        r = t % 128
+        lo = (_u8(w0, base[None, :] + (half * 64 + r % 64)[:, None], mask) >> (4 * (r // 64))[:, None]) & 0xF
+        hi = (_u8(w0, base[None, :] + (128 + half * 32 + t % 32)[:, None], mask) >> (2 * (r // 32))[:, None]) & 3
+        sc = tl.load(w0 + base + 192 + (k0 % 256) // 16, mask=mask_n, other=0).to(tl.int8, bitcast=True)
+        d = _f16(w0, base + 208, mask_n)
+        w = (d * sc.to(tl.float32))[None, :] * ((lo | (hi << 4)) - 32).to(tl.float32)
+    return w
+
+
+@triton.jit
+def _dequant_matmul_kernel(x, w0, w1, w2, partial, M, N, K, stride_xm, ROW_BYTES, K_PER_SPLIT,
+                           FORMAT: tl.constexpr, GROUP: tl.constexpr, BLOCK_M: tl.constexpr,
+                           BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """partial[split, m, n] = sum over k in the split's slice of x[m, k] * w[n, k]."""
+    pid_m, pid_n, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask_m, mask_n = offs_m < M, offs_n < N
+    offs_k = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    k_begin = split * K_PER_SPLIT
+    k_end = tl.minimum(k_begin + K_PER_SPLIT, K)
+    for k0 in range(k_begin, k_end, BLOCK_K):
+        xt = tl.load(x + offs_m[:, None].to(tl.int64) * stride_xm + (k0 + offs_k)[None, :], mask=mask_m[:, None],
+                     other=0.0)
+        wt = _decode_tile(w0, w1, w2, k0, offs_n, mask_n, N, ROW_BYTES, FORMAT, GROUP, BLOCK_K, BLOCK_N)
+        if BLOCK_M >= 16:
+            acc += tl.dot(xt, wt.to(xt.dtype))
+        else:
+            acc += tl.sum(xt.to(tl.float32)[:, :, None] * wt[None, :, :], axis=1)
+    out = partial + split.to(tl.int64) * M * N + offs_m[:, None].to(tl.int64) * N + offs_n[None, :]
+    tl.store(out, acc, mask=mask_m[:, None] & mask_n[None, :])
+
+
+@triton.jit
+def _int4_gemv_kernel(x, qweight, scales, zeros, partial, M, N, K, stride_xm, K_PER_SPLIT, GROUP: tl.constexpr,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The int4 matmul for a few rows, BLOCK_K (a multiple of the group) inputs per step, never unpacking into a
+    [K, N] tile. Word row r of the step holds k = k0 + 8r + i in nibble i; per (row, r, n) the step adds
+    s * (sum_i x q - z * sum_i x) elementwise, and the sum over r happens once at the end (no cross-thread
+    reduction inside the loop)."""
+    pid_m, pid_n, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask_m, mask_n = offs_m < M, offs_n < N
+    rows = tl.arange(0, BLOCK_K // 8)
+    x_rows = x + offs_m[:, None].to(tl.int64) * stride_xm
+    acc = tl.zeros((BLOCK_M, BLOCK_K // 8, BLOCK_N), dtype=tl.float32)
+    k_begin = split * K_PER_SPLIT
+    k_end = tl.minimum(k_begin + K_PER_SPLIT, K)
+    for k0 in range(k_begin, k_end, BLOCK_K):
+        word = k0 // 8 + rows
+        mask_k = word < k_end // 8
+        mask = mask_k[:, None] & mask_n[None, :]
+        packed = tl.load(qweight + word[:, None] * N + offs_n[None, :], mask=mask, other=0)
+        g = (word * 8) // GROUP
+        s = tl.load(scales + g[:, None] * N + offs_n[None, :], mask=mask, other=0.0).to(tl.float32)
+        z = tl.load(zeros + g[:, None] * N + offs_n[None, :], mask=mask, other=0.0).to(tl.float32)
+        dot = tl.zeros((BLOCK_M, BLOCK_K // 8, BLOCK_N), dtype=tl.float32)
+        xsum = tl.zeros((BLOCK_M, BLOCK_K // 8), dtype=tl.float32)
+        for i in tl.static_range(8):
+            xi = tl.load(x_rows + (word * 8 + i)[None, :], mask=mask_m[:, None] & mask_k[None, :],
+                         other=0.0).to(tl.float32)
+            qi = ((packed >> (4 * i)) & 0xF).to(tl.float32)
+            dot += xi[:, :, None] * qi[None, :, :]
+            xsum += xi
+        acc += s[None, :, :] * (dot - z[None, :, :] * xsum[:, :, None])
+    out = partial + split.to(tl.int64) * M * N + offs_m[:, None].to(tl.int64) * N + offs_n[None, :]
+    tl.store(out, tl.sum(acc, axis=1), mask=mask_m[:, None] & mask_n[None, :])
+
+
+@triton.jit
+def _int4_gemv1_kernel(x, qweight, scales, zeros, partial, N, K, K_PER_SPLIT, GROUP: tl.constexpr,
+                       BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """`_int4_gemv_kernel` for one row, in 2-D tiles: acc[r, n] over the steps, summed over r at the end."""
+    pid_n, split = tl.program_id(1), tl.program_id(2)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask_n = offs_n < N
+    rows = tl.arange(0, BLOCK_K // 8)
+    acc = tl.zeros((BLOCK_K // 8, BLOCK_N), dtype=tl.float32)
+    k_begin = split * K_PER_SPLIT
+    k_end = tl.minimum(k_begin + K_PER_SPLIT, K)
+    for k0 in range(k_begin, k_end, BLOCK_K):
+        word = k0 // 8 + rows
+        mask_k = word < k_end // 8
+        mask = mask_k[:, None] & mask_n[None, :]
+        packed = tl.load(qweight + word[:, None] * N + offs_n[None, :], mask=mask, other=0)
+        g = (word * 8) // GROUP
+        s = tl.load(scales + g[:, None] * N + offs_n[None, :], mask=mask, other=0.0).to(tl.float32)
+        z = tl.load(zeros + g[:, None] * N + offs_n[None, :], mask=mask, other=0.0).to(tl.float32)
+        dot = tl.zeros((BLOCK_K // 8, BLOCK_N), dtype=tl.float32)
+        xsum = tl.zeros((BLOCK_K // 8,), dtype=tl.float32)
+        for i in tl.static_range(8):
+            xi = tl.load(x + word * 8 + i, mask=mask_k, other=0.0).to(tl.float32)
+            dot += xi[:, None] * ((packed >> (4 * i)) & 0xF).to(tl.float32)
+            xsum += xi
+        acc += s * (dot - z * xsum[:, None])
+    tl.store(partial + split.to(tl.int64) * N + offs_n, tl.sum(acc, axis=0), mask=mask_n)
+
+
+@triton.jit
+def _dequant_kernel(w0, w1, w2, out, N, K, ROW_BYTES, FORMAT: tl.constexpr, GROUP: tl.constexpr,
+                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """out[n, k] = w[n, k] for one [BLOCK_K, BLOCK_N] tile, in out's dtype."""
+    pid_n, pid_k = tl.program_id(0), tl.program_id(1)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask_n = offs_n < N
+    k0 = pid_k * BLOCK_K
+    wt = _decode_tile(w0, w1, w2, k0, offs_n, mask_n, N, ROW_BYTES, FORMAT, GROUP, BLOCK_K, BLOCK_N)
+    dest = out + offs_n[None, :].to(tl.int64) * K + (k0 + tl.arange(0, BLOCK_K))[:, None]
+    tl.store(dest, wt.to(out.dtype.element_ty), mask=mask_n[None, :])
+
+
+@functools.lru_cache(maxsize=8)
+def _num_sms(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
+
+
+def _operands(w: Int4Weight | GGUFWeight) -> tuple[tuple[Tensor, Tensor, Tensor], int, int, int, int]:
+    """((w0, w1, w2), format id, group, block_k, row_bytes) of a weight."""
+    if isinstance(w, Int4Weight):
+        return (w.qweight, w.scales, w.zeros), INT4_FORMAT, w.group_size, min(w.group_size, 64), 0
+    return (w.blocks, w.blocks, w.blocks), w.qtype, 1, _GGUF_BLOCK_K[w.qtype], w.blocks.shape[1]
+
+
+def dequantize_triton(w: Int4Weight | GGUFWeight, dtype: torch.dtype) -> Tensor:
+    """The [N, K] matrix of `w` in `dtype` (an Int4Weight's K in its stored order)."""
+    n, k = w.shape
+    (w0, w1, w2), fmt, group, block_k, row_bytes = _operands(w)
+    out = torch.empty(n, k, dtype=dtype, device=w0.device)
+    block_n = 64
+    _dequant_kernel[(triton.cdiv(n, block_n), k // block_k)](w0, w1, w2, out, n, k, row_bytes, FORMAT=fmt,
+                                                             GROUP=group, BLOCK_N=block_n, BLOCK_K=block_k)
+    return out
+
+
+def dequant_matmul_triton(x: Tensor, w: Int4Weight | GGUFWeight, bias: Tensor | None = None) -> Tensor:
+    """x @ w.T (+ bias) in x's dtype, `w` decoded on the fly (see `quant_linear_reference`)."""
+    n, k = w.shape
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, k)
+    if isinstance(w, Int4Weight) and w.perm is not None:
+        x2 = x2.index_select(1, w.perm)
+    if x2.stride(-1) != 1:
+        x2 = x2.contiguous()
+    m = x2.shape[0]
+    if m >= DENSE_FROM_ROWS:
+        return F.linear(x2, dequantize_triton(w, x.dtype), bias).reshape(*lead, n)
+    (w0, w1, w2), fmt, group, block_k, row_bytes = _operands(w)
+    block_m = 1 if m == 1 else (2 if m == 2 else (4 if m <= 4 else 16))
+    gemv = fmt == INT4_FORMAT and block_m < 16
+    gemv1 = gemv and m == 1 and x2.is_contiguous()
+    per_sm = GEMV1_PROGRAMS_PER_SM if gemv1 else 4
+    block_n = GEMV1_BLOCK_N if gemv1 else GEMV_BLOCK_N if gemv else (64 if block_m >= 16 else 32)
+    if gemv:  # the last step of a slice may be partial (masked)
+        block_k = max(GEMV1_BLOCK_K if gemv1 else GEMV_BLOCK_K // block_m, group)
+    tiles = triton.cdiv(max(m, 1), block_m) * triton.cdiv(n, block_n)
+    steps = triton.cdiv(k, block_k)
+    splits = max(1, min(steps, (per_sm * _num_sms(x.device)) // tiles))
+    k_per_split = triton.cdiv(steps, splits) * block_k
+    splits = triton.cdiv(k, k_per_split)
+    partial = torch.empty(splits, m, n, dtype=torch.float32, device=x.device)
+    if m > 0:
+        grid = (triton.cdiv(m, block_m), triton.cdiv(n, block_n), splits)
+        if gemv1:
+            _int4_gemv1_kernel[grid](x2, w0, w1, w2, partial, n, k, k_per_split, GROUP=group, BLOCK_N=block_n,
+                                     BLOCK_K=block_k, num_warps=GEMV_WARPS)
+        elif gemv:
+            _int4_gemv_kernel[grid](x2, w0, w1, w2, partial, m, n, k, x2.stride(0), k_per_split, GROUP=group,
+                                    BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=GEMV_WARPS)
+        else:
+            _dequant_matmul_kernel[grid](x2, w0, w1, w2, partial, m, n, k, x2.stride(0), row_bytes, k_per_split,
+                                         FORMAT=fmt, GROUP=group, BLOCK_M=block_m, BLOCK_N=block_n,
+                                         BLOCK_K=block_k)
+    out = (partial.sum(dim=0) if splits > 1 else partial[0]).to(x.dtype)
+    if bias is not None:
+        out = out + bias
+    return out.reshape(*lead, n)
+
+
+__all__ = ["DENSE_FROM_ROWS", "dequant_matmul_triton", "dequantize_triton"]

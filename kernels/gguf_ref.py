@@ -1,0 +1,101 @@
+"""GGUF block formats decoded with torch ops on any device: the reference twin of the dequantizing matmul kernels.
+
+Each decoder takes rows of blocks (uint8 [N, row_bytes]) and returns fp32 [N, K], bit-identical to gguf.quants
+(tests compare them). Layouts, per block (f16 values little-endian):
+
+    Q8_0  32 elems, 34 B:  d, 32 x int8 q                          w = d * q
+    Q4_0  32 elems, 18 B:  d, 16 B nibbles                          w = d * (q - 8)
+    Q4_1  32 elems, 20 B:  d, m, 16 B nibbles                       w = d * q + m
+    Q4_K  256 elems, 144 B: d, dmin, 12 B of 6-bit (scale, min) x 8, 128 B nibbles
+                                                                    w = d * sc[j] * q - dmin * mn[j], j = e // 32
+    Q6_K  256 elems, 210 B: 128 B low nibbles, 64 B high 2-bit pairs, 16 x int8 scales, d
+                                                                    w = d * sc[e // 16] * (q - 32)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+
+@dataclass(frozen=True)
+class BlockFormat:
+    name: str
+    code: int  # GGML type id (gguf.GGMLQuantizationType)
+    block_elems: int
+    block_bytes: int
+
+
+Q8_0 = BlockFormat("Q8_0", 8, 32, 34)
+Q4_0 = BlockFormat("Q4_0", 2, 32, 18)
+Q4_1 = BlockFormat("Q4_1", 3, 32, 20)
+Q4_K = BlockFormat("Q4_K", 12, 256, 144)
+Q6_K = BlockFormat("Q6_K", 14, 256, 210)
+BLOCK_FORMATS: dict[int, BlockFormat] = {f.code: f for f in (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K)}
+
+
+def _f16(b: Tensor) -> Tensor:
+    """[n, 2] uint8 -> [n, 1] fp32."""
+    return b.contiguous().view(torch.float16).float()
+
+
+def _nibbles(qs: Tensor, chunk: int) -> Tensor:
+    """[n, c * chunk] uint8 -> [n, c * 2 * chunk]: per chunk of bytes, its low nibbles then its high nibbles."""
+    n = qs.shape[0]
+    q = qs.reshape(n, -1, 1, chunk) >> torch.tensor([0, 4], dtype=torch.uint8, device=qs.device).view(1, 1, 2, 1)
+    return (q & 0x0F).reshape(n, -1)
+
+
+def q4_k_scale_min(scales: Tensor) -> tuple[Tensor, Tensor]:
+    """[n, 12] uint8 -> (sc, mn), each [n, 8] uint8: the 6-bit sub-block scales and mins."""
+    d, m, md = scales[:, 0:4], scales[:, 4:8], scales[:, 8:12]
+    sc = torch.cat([d & 0x3F, (md & 0x0F) | ((d >> 2) & 0x30)], dim=1)
+    mn = torch.cat([m & 0x3F, (md >> 4) | ((m >> 2) & 0x30)], dim=1)
+    return sc, mn
+
+
+def _q8_0(b: Tensor) -> Tensor:
+    return b[:, 2:].contiguous().view(torch.int8).float() * _f16(b[:, :2])
+
+
+def _q4_0(b: Tensor) -> Tensor:
+    return _f16(b[:, :2]) * (_nibbles(b[:, 2:], 16).to(torch.int8) - 8).float()
+
+
+def _q4_1(b: Tensor) -> Tensor:
+    return _f16(b[:, :2]) * _nibbles(b[:, 4:], 16).float() + _f16(b[:, 2:4])
+
+
+def _q4_k(b: Tensor) -> Tensor:
+    n = b.shape[0]
+    sc, mn = q4_k_scale_min(b[:, 4:16])
+    d = (_f16(b[:, 0:2]) * sc.float()).reshape(n, 8, 1)
+    dm = (_f16(b[:, 2:4]) * mn.float()).reshape(n, 8, 1)
+    q = _nibbles(b[:, 16:], 32).float().reshape(n, 8, 32)
+    return (d * q - dm).reshape(n, 256)
+
+
+def _q6_k(b: Tensor) -> Tensor:
+    n = b.shape[0]
+    ql = _nibbles(b[:, :128], 64).reshape(n, 8, 32)
+    shifts = torch.tensor([0, 2, 4, 6], dtype=torch.uint8, device=b.device).view(1, 1, 4, 1)
+    qh = ((b[:, 128:192].reshape(n, 2, 1, 32) >> shifts) & 0x03).reshape(n, 8, 32)
+    q = ((ql | (qh << 4)).to(torch.int8) - 32).reshape(n, 16, 16).float()
+    d = (_f16(b[:, 208:210]) * b[:, 192:208].contiguous().view(torch.int8).float()).reshape(n, 16, 1)
+    return (d * q).reshape(n, 256)
+
+
+_DECODERS: dict[int, Callable[[Tensor], Tensor]] = {
+    Q8_0.code: _q8_0, Q4_0.code: _q4_0, Q4_1.code: _q4_1, Q4_K.code: _q4_k, Q6_K.code: _q6_k,
+}
+
+
+def dequantize_blocks(blocks: Tensor, qtype: int) -> Tensor:
+    """Rows of GGUF blocks (uint8 [N, row_bytes]) of type `qtype` -> fp32 [N, K]."""
+    fmt = BLOCK_FORMATS[qtype]
+    rows = blocks.shape[0]
+    flat = blocks.reshape(-1, fmt.block_bytes)
+    return _DECODERS[qtype](flat).reshape(rows, -1)

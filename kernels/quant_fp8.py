@@ -1,0 +1,55 @@
+"""FP8 (e4m3) linears on CUDA: activations quantized per token, then `torch._scaled_mm` with row-wise scales.
+
+The twin of `quant_ref.quant_linear_reference` for an Fp8Weight: the same per-token quantization (one Triton
+kernel, `fp8_quant_triton`, the torch form where Triton does not import), the product accumulated in fp32 by the
+FP8 tensor cores and scaled by xs[m] * ws[n].
+Row-wise scaled FP8 matmuls need compute capability 8.9 (Ada) or newer; `fp8_unsupported_reason` says why a
+device cannot run them, for the loader to refuse early.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from radixgen.kernels.quant_ref import quantize_fp8_per_token
+from radixgen.kernels.quant_weight import Fp8Weight
+
+FP8_MIN_CAPABILITY = (8, 9)
+
+
+def fp8_unsupported_reason(device: torch.device) -> str | None:
+    """None when FP8 linears run on `device` (any CPU runs the reference), else a one-line reason."""
+    if device.type != "cuda":
+        return None
+    major, minor = torch.cuda.get_device_capability(device)
+    if (major, minor) < FP8_MIN_CAPABILITY:
+        name = torch.cuda.get_device_name(device)
+        return (f"FP8 linears need a GPU of compute capability >= 8.9 (Ada, Hopper or newer); {device} ({name}) "
+                f"has {major}.{minor}: use quantization='int4' or none")
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def _per_token() -> Callable[[Tensor], tuple[Tensor, Tensor]]:
+    try:
+        from radixgen.kernels.fp8_quant_triton import quantize_fp8_per_token_triton
+    except ImportError:
+        return quantize_fp8_per_token
+    return quantize_fp8_per_token_triton
+
+
+def fp8_linear_cuda(x: Tensor, w: Fp8Weight, bias: Tensor | None = None) -> Tensor:
+    """x @ dequantize(w).T (+ bias) in x's dtype through the FP8 tensor cores."""
+    n, k = w.shape
+    lead = x.shape[:-1]
+    xq, xs = _per_token()(x.reshape(-1, k))
+    # row-wise scaling writes bf16; mat2 must be column-major, which the [N, K] weight's transpose is
+    out = torch._scaled_mm(xq, w.weight.t(), scale_a=xs, scale_b=w.scale.view(1, n), out_dtype=torch.bfloat16)
+    out = out.to(x.dtype)
+    if bias is not None:
+        out = out + bias
+    return out.reshape(*lead, n)

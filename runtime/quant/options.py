@@ -1,0 +1,21 @@
+"""The values of the `quantization` option (EngineConfig, `--quantization`), importable without torch.
+
+    auto       as the checkpoint is: GPTQ / AWQ / FP8 checkpoints load quantized, anything else (a GGUF file
+               too) dense
+    gguf       a GGUF file's blocks stay packed on CUDA, run by dequantizing kernels (dequantized at load on
+               the CPU)
+    none       dense: a quantized checkpoint is dequantized at load
+    int4       round-to-nearest int4, group 128 (`int4-g32`, `int4-g64` for smaller groups), of a dense model
+    fp8        FP8 e4m3, per-output-channel scales, of a dense model
+    gguf-q8_0 | gguf-q4_k | gguf-q6_k   GGUF blocks (round-to-nearest) of a dense model, for benchmarks
+"""
+
+from __future__ import annotations
+
+QUANTIZATION_CHOICES = ("auto", "none", "gguf", "int4", "int4-g32", "int4-g64", "fp8", "gguf-q8_0", "gguf-q4_k",
+                        "gguf-q6_k")
+
+
+def check_quantization(quantization: str) -> None:
+    if quantization not in QUANTIZATION_CHOICES:
+        raise ValueError(f"quantization must be one of {'|'.join(QUANTIZATION_CHOICES)}, got {quantization!r}")

@@ -1,0 +1,129 @@
+"""The quantized matmuls' case table: each Triton kernel against `quant_linear_reference` on the same weights.
+
+Run as a script under TRITON_INTERPRET=1 (CPU, small shapes) it prints one JSON line, case id -> relative error;
+tests/test_quant_kernels.py runs it in a child process (the variable must be set before Triton imports) and runs
+the same table on CUDA.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from radixgen.kernels import GGUFWeight, Int4Weight, QuantizedWeight, pack_int4, quant_linear_reference
+from radixgen.kernels.gguf_ref import Q4_0, Q4_1, Q4_K, Q6_K, Q8_0
+from radixgen.runtime.quant.gguf_blocks import QUANTIZABLE_TYPES, quantize_blocks
+
+TOLERANCE = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
+FP8_QUANT_TOLERANCE = {"cpu": 0.2, "cuda": 0.02}
+
+
+@dataclass(frozen=True)
+class Case:
+    kind: str  # "int4" or a GGUF type name
+    rows: int  # M
+    n: int
+    k: int
+    group: int = 128
+    act_order: bool = False
+    dtype: str = "float32"
+
+    @property
+    def id(self) -> str:
+        extra = f"-g{self.group}{'-act' if self.act_order else ''}" if self.kind == "int4" else ""
+        return f"{self.kind}{extra}-m{self.rows}-{self.n}x{self.k}-{self.dtype}"
+
+
+def cases(size: str) -> list[Case]:
+    if size == "small":
+        out = [Case("int4", m, 48, 256, g, act, dt) for m in (1, 3, 20, 130) for g in (32, 64, 128)
+               for act in (False, True) for dt in ("float32",) if not (act and m == 130)]
+        out += [Case("int4", m, 40, 256, 64, True, "float16") for m in (1, 17)]
+        out += [Case(t.name, m, 40, 512) for t in (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K) for m in (1, 5, 17)]
+        return out
+    shapes = ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336))
+    out = [Case("int4", m, n, k, 128, act, "bfloat16") for m in (1, 16, 64, 256) for n, k in shapes
+           for act in (False, True) if not act or m == 1]
+    out += [Case(t.name, m, n, k, dtype="bfloat16") for t in (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K) for m in (1, 16, 256)
+            for n, k in shapes[:2]]
+    return out
+
+
+def fp8_quant_error(rows: int, k: int, device: torch.device, seed: int) -> float:
+    """Share of e4m3 values of the Triton per-token FP8 quantization that differ from the reference's, plus the
+    largest relative difference of the scales. (The interpreter's e4m3 emulation halves some values that round
+    up into the next binade, so the CPU bound is looser than the GPU's, where the conversion is the hardware's.)"""
+    from radixgen.kernels.fp8_quant_triton import quantize_fp8_per_token_triton
+    from radixgen.kernels.quant_ref import quantize_fp8_per_token
+
+    gen = torch.Generator().manual_seed(seed)
+    x = (torch.randn(rows, k, generator=gen) * torch.logspace(-2, 2, rows)[:, None]).to(device=device,
+                                                                                      dtype=torch.bfloat16)
+    xq, xs = quantize_fp8_per_token_triton(x)
+    rq, rs = quantize_fp8_per_token(x)
+    differ = (xq.float() != rq.float()).double().mean().item()
+    return differ + ((xs - rs).abs() / rs).max().item()
+
+
+def make_weight(case: Case, device: torch.device, gen: torch.Generator) -> QuantizedWeight:
+    if case.kind == "int4":
+        q = torch.randint(0, 16, (case.k, case.n), generator=gen)
+        groups = case.k // case.group
+        scales = (torch.rand(groups, case.n, generator=gen) * 0.02 + 0.001).half()
+        zeros = torch.randint(0, 16, (groups, case.n), generator=gen).half()
+        perm = torch.randperm(case.k, generator=gen).to(device) if case.act_order else None
+        return Int4Weight(pack_int4(q).to(device), scales.to(device), zeros.to(device), case.group, perm)
+    fmt = {f.name: f for f in (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K)}[case.kind]
+    dense = torch.randn(case.n, case.k, generator=gen) * 0.05
+    if fmt.code in QUANTIZABLE_TYPES:
+        blocks = quantize_blocks(dense, fmt.code)
+    else:
+        from gguf import GGMLQuantizationType
+        from gguf.quants import quantize
+
+        raw = quantize(dense.numpy(), GGMLQuantizationType(fmt.code))
+        blocks = torch.from_numpy(np.ascontiguousarray(raw)).reshape(case.n, -1)
+    return GGUFWeight(blocks.to(device), fmt.code, case.k)
+
+
+def run_case(case: Case, device: torch.device, seed: int) -> float:
+    """Relative error of the Triton matmul against the reference on fp32 copies of the same inputs."""
+    from radixgen.kernels.dequant_matmul_triton import dequant_matmul_triton
+
+    gen = torch.Generator().manual_seed(seed)
+    dtype = getattr(torch, case.dtype)
+    w = make_weight(case, device, gen)
+    x = torch.randn(case.rows, case.k, generator=gen).to(device=device, dtype=dtype)
+    out = dequant_matmul_triton(x, w).double()
+    ref = quant_linear_reference(x.float(), w).double()
+    err = ((out - ref).norm() / ref.norm()).item()
+    return err if bool(out.isfinite().all()) else float("inf")
+
+
+def main() -> int:
+    size = sys.argv[1] if len(sys.argv) > 1 else "small"
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    results = {}
+    for case in cases(size):
+        try:
+            error = run_case(case, device, seed=1234)
+            results[case.id] = {"error": error, "tolerance": TOLERANCE[getattr(torch, case.dtype)]}
+        except Exception as e:  # reported per case by the test
+            results[case.id] = {"exception": f"{type(e).__name__}: {e}"}
+    for rows, k in ((1, 4096), (7, 300), (64, 14336)) if size == "real" else ((1, 64), (5, 300)):
+        key = f"fp8-per-token-{rows}x{k}"
+        try:
+            results[key] = {"error": fp8_quant_error(rows, k, device, seed=1234),
+                            "tolerance": FP8_QUANT_TOLERANCE[device.type]}
+        except Exception as e:
+            results[key] = {"exception": f"{type(e).__name__}: {e}"}
+    print(json.dumps(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,154 @@
+"""The quantized matmuls: Triton kernels against their torch reference twin (tests/quant_kernel_cases.py), the
+FP8 path against its reference on CUDA, the reference against plain dequantize-then-matmul, and the dispatch.
+
+Under TRITON_INTERPRET=1 the small table runs on the CPU in a child process; on CUDA it runs compiled, with the
+real (Llama-3-8B) shapes too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from quant_kernel_cases import TOLERANCE, Case, cases, make_weight, run_case
+
+from radixgen import kernels
+from radixgen.kernels import Fp8Weight, StackedWeight, dequantize_weight, quant_linear_reference
+from radixgen.runtime.quant.rtn import quantize_fp8, quantize_int4_rtn
+
+SMALL = cases("small")
+CASES_SCRIPT = Path(__file__).with_name("quant_kernel_cases.py")
+
+
+@pytest.fixture(scope="module")
+def interpreted() -> dict:
+    pytest.importorskip("triton")
+    if torch.cuda.is_available():
+        pytest.skip("CUDA present: the table runs compiled in test_triton_cuda_matches_reference")
+    env = dict(os.environ, TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")
+    proc = subprocess.run([sys.executable, str(CASES_SCRIPT), "small"], capture_output=True, text=True, env=env,
+                          timeout=900, check=False)
+    if not proc.stdout.strip():
+        pytest.fail(f"interpreter run printed nothing (rc={proc.returncode}):\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("case", SMALL, ids=lambda c: c.id)
+def test_triton_interpret_matches_reference(case: Case, interpreted: dict) -> None:
+    result = interpreted[case.id]
+    assert "exception" not in result, f"{case.id} raised {result['exception']}"
+    assert result["error"] <= result["tolerance"], f"{case.id}: relative error {result['error']:.3e}"
+
+
+@pytest.mark.parametrize("shape", [(1, 64), (5, 300)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_triton_interpret_fp8_per_token_matches_reference(shape: tuple[int, int], interpreted: dict) -> None:
+    result = interpreted[f"fp8-per-token-{shape[0]}x{shape[1]}"]
+    assert "exception" not in result, result["exception"]
+    assert result["error"] <= result["tolerance"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(1, 4096), (7, 300), (64, 14336)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_triton_cuda_fp8_per_token_matches_reference(shape: tuple[int, int]) -> None:
+    from quant_kernel_cases import FP8_QUANT_TOLERANCE, fp8_quant_error
+
+    seed = int.from_bytes(os.urandom(4), "little")
+    assert fp8_quant_error(*shape, torch.device("cuda"), seed) <= FP8_QUANT_TOLERANCE["cuda"], f"seed {seed}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", cases("real") + SMALL, ids=lambda c: c.id)
+def test_triton_cuda_matches_reference(case: Case) -> None:
+    seed = int.from_bytes(os.urandom(4), "little")
+    err = run_case(case, torch.device("cuda"), seed)
+    # fp32 inputs go through tl.dot as TF32 on the GPU (10-bit mantissa): its rounding, not the interpreter's
+    tolerance = 2e-3 if case.dtype == "float32" else TOLERANCE[getattr(torch, case.dtype)]
+    assert err <= tolerance, f"{case.id}: relative error {err:.3e} (seed {seed})"
+
+
+@pytest.mark.parametrize("group", [32, 64, 128])
+def test_int4_reference_is_dequantize_then_matmul(group: int) -> None:
+    gen = torch.Generator().manual_seed(0)
+    w = torch.randn(24, 256, generator=gen)
+    q = quantize_int4_rtn(w, group)
+    assert q.shape == (24, 256) and q.qweight.dtype == torch.int32 and q.scales.shape == (256 // group, 24)
+    dense = dequantize_weight(q)
+    # round-to-nearest: every element within half a step of its group's scale
+    step = q.scales.float().repeat_interleave(group, 0).t()
+    assert bool(((dense - w).abs() <= 0.5 * step + 1e-6).all())
+    x = torch.randn(3, 256, generator=gen)
+    torch.testing.assert_close(kernels.linear(x, q), F.linear(x, dense))
+
+
+def test_fp8_reference_quantizes_activations_per_token() -> None:
+    gen = torch.Generator().manual_seed(0)
+    w, x = torch.randn(32, 64, generator=gen), torch.randn(5, 64, generator=gen)
+    x[2] *= 100.0  # one loud row must not cost the others their precision
+    q = quantize_fp8(w)
+    assert q.weight.dtype == torch.float8_e4m3fn and q.scale.shape == (32,)
+    out = kernels.linear(x, q)
+    ref = F.linear(x, w)
+    rel = (out - ref).norm(dim=1) / ref.norm(dim=1)
+    assert bool((rel < 0.08).all()), rel
+
+
+def test_stacked_weight_concatenates_its_parts() -> None:
+    gen = torch.Generator().manual_seed(0)
+    a = make_weight(Case("Q4_K", 1, 16, 256), torch.device("cpu"), gen)
+    b = make_weight(Case("Q6_K", 1, 8, 256), torch.device("cpu"), gen)
+    x, bias = torch.randn(2, 256, generator=gen), torch.randn(24, generator=gen)
+    out = kernels.linear(x, StackedWeight((a, b)), bias)
+    want = F.linear(x, torch.cat([dequantize_weight(a), dequantize_weight(b)]), bias)
+    torch.testing.assert_close(out, want)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", [1, 7, 64, 300])
+def test_fp8_scaled_mm_matches_reference_on_cuda(rows: int) -> None:
+    if kernels.fp8_unsupported_reason(torch.device("cuda")) is not None:
+        pytest.skip("this GPU has no FP8 tensor cores")
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    w = torch.randn(512, 1024, device="cuda", generator=gen, dtype=torch.bfloat16) * 0.05
+    x = torch.randn(rows, 1024, device="cuda", generator=gen, dtype=torch.bfloat16)
+    q = quantize_fp8(w)
+    out = kernels.linear(x, q).float()
+    ref = quant_linear_reference(x.float(), q)
+    assert ((out - ref).norm() / ref.norm()).item() < 1e-2
+
+
+@pytest.mark.gpu
+def test_quantized_linears_capture_in_a_cuda_graph() -> None:
+    """No host syncs or data-dependent allocations inside: the graph replays the eager result."""
+    if kernels.fp8_unsupported_reason(torch.device("cuda")) is not None:
+        pytest.skip("this GPU has no FP8 tensor cores")
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    w = torch.randn(1024, 512, device="cuda", generator=gen, dtype=torch.bfloat16) * 0.05
+    weights = [quantize_int4_rtn(w, 128), quantize_fp8(w),
+               make_weight(Case("Q4_K", 1, 1024, 512), torch.device("cuda"), torch.Generator().manual_seed(1))]
+    for weight in weights:
+        x = torch.randn(4, 512, device="cuda", generator=gen, dtype=torch.bfloat16)
+        eager = kernels.linear(x, weight)
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            kernels.linear(x, weight)  # warm-up (compiles) outside the capture
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = kernels.linear(x, weight)
+        graph.replay()
+        torch.cuda.synchronize()
+        torch.testing.assert_close(out, eager)
+
+
+def test_dispatch_sends_cpu_quantized_weights_to_the_reference() -> None:
+    w = quantize_fp8(torch.randn(8, 16))
+    assert isinstance(w, Fp8Weight)
+    x = torch.randn(2, 16)
+    assert torch.equal(kernels.linear(x, w), quant_linear_reference(x, w))
