@@ -119,7 +119,7 @@ class EngineCore:
         self._last_sampled: SampledStep | None = None  # its SamplingBatch is reused by a steady decode
         # the current step's start, output tokens so far, and (batch size, drafted) if it only decodes
         self._period: tuple[float, int, tuple[int, bool] | None] | None = None
-        self._drafting = False  # the policy asked this step to draft
+        self._drafting = False  # the policy asked this step to draft (whether or not any draft was found)
         self.on_step: Callable[[ScheduleBatch], None] | None = None  # test hook
 
     # ------------------------------------------------------------ thread API
@@ -429,7 +429,9 @@ class EngineCore:
         """Remember when this step began and whether it only decodes (with or without drafts), so the next step
         can tell the policy this one's throughput."""
         decoding = all(it.sample and it.extend == 1 + it.drafts for it in batch.items)
-        kind = (len(batch.items), self._drafting) if decoding else None
+        drafted = any(it.drafts for it in batch.items)
+        # observed: steps that verified drafts, and steps the policy kept plain (not those that found none)
+        kind = (len(batch.items), drafted) if decoding and (drafted or not self._drafting) else None
         self._period = (time.perf_counter(), self.counters.generated_tokens, kind)
 
     def _observe_period(self) -> None:

@@ -104,7 +104,7 @@ def test_every_format_calls_and_streams_the_same(client):
 
 
 def test_required_parallel_nested_streamed(hermes):
-    kwargs = {"messages": ASK, "tools": TOOLS, "tool_choice": "required", "max_tokens": 100, "temperature": 0.9,
+    kwargs = {"messages": ASK, "tools": TOOLS, "tool_choice": "required", "max_tokens": 240, "temperature": 0.9,
               "seed": 1}
     final, chunks = streamed(hermes, **kwargs)
     calls = valid_calls(final.choices[0].message.tool_calls)
