@@ -3,12 +3,15 @@
 extend: for request b and new token i (position p = prefix_lens[b] + i), the output is
     softmax(q[t] . K[slots(b, 0..p)] * sm_scale) @ V[slots(b, 0..p)]
 restricted to the last `sliding_window` positions when a window is given. decode is extend with one token.
-GQA: query head h reads KV head h // (Hq // Hkv).
+GQA: query head h reads KV head h // (Hq // Hkv). An FP8 cache (`kv_quant`) holds codes: K and V are their
+codes * k_scale / v_scale [Hkv] (the store writes x / scale, saturated).
 """
 
 from __future__ import annotations
 
 import torch
+
+from radixgen.kernels.kv_quant import dequantize_kv, kv_scales_for, quantize_kv
 
 
 def _attend_one(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_pos: torch.Tensor, sm_scale: float,
@@ -41,8 +44,11 @@ def extend_attention_reference(
     sm_scale: float,
     sliding_window: int | None = None,
     max_extend_len: int | None = None,
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """q [T, Hq, D]; k_cache/v_cache [S, Hkv, D] already holding the new rows -> o [T, Hq, D]."""
+    scales = kv_scales_for(k_cache, k_scale, v_scale)
     out = torch.empty_like(q)
     for b in range(int(prefix_lens.shape[0])):
         pre, ext, start = int(prefix_lens[b]), int(extend_lens[b]), int(extend_start_loc[b])
@@ -50,9 +56,8 @@ def extend_attention_reference(
             continue
         slots = req_to_token[int(req_pool_indices[b]), : pre + ext].long()
         q_pos = torch.arange(pre, pre + ext, device=q.device)
-        out[start : start + ext] = _attend_one(
-            q[start : start + ext], k_cache[slots], v_cache[slots], q_pos, sm_scale, sliding_window
-        )
+        k, v = _read_kv(k_cache, v_cache, slots, scales)
+        out[start : start + ext] = _attend_one(q[start : start + ext], k, v, q_pos, sm_scale, sliding_window)
     return out
 
 
@@ -66,19 +71,39 @@ def decode_attention_reference(
     sm_scale: float,
     sliding_window: int | None = None,
     max_seq_len: int | None = None,
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """q [B, Hq, D], one new token per request at position seq_lens[b] - 1 -> o [B, Hq, D]."""
+    scales = kv_scales_for(k_cache, k_scale, v_scale)
     out = torch.empty_like(q)
     for b in range(int(seq_lens.shape[0])):
         length = int(seq_lens[b])
         slots = req_to_token[int(req_pool_indices[b]), :length].long()
         q_pos = torch.tensor([length - 1], device=q.device)
-        out[b : b + 1] = _attend_one(q[b : b + 1], k_cache[slots], v_cache[slots], q_pos, sm_scale, sliding_window)
+        k, v = _read_kv(k_cache, v_cache, slots, scales)
+        out[b : b + 1] = _attend_one(q[b : b + 1], k, v, q_pos, sm_scale, sliding_window)
     return out
 
 
+def _read_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor,
+             scales: tuple[torch.Tensor, torch.Tensor] | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The K and V rows [L, Hkv, D] of `slots`, dequantized to fp32 from an FP8 cache (scales given)."""
+    if scales is None:
+        return k_cache[slots], v_cache[slots]
+    return (dequantize_kv(k_cache[slots], scales[0], torch.float32),
+            dequantize_kv(v_cache[slots], scales[1], torch.float32))
+
+
 def store_kv_reference(k_cache: torch.Tensor, v_cache: torch.Tensor, loc: torch.Tensor, k: torch.Tensor,
-                       v: torch.Tensor) -> None:
-    """k_cache[loc[i]] = k[i]; v_cache[loc[i]] = v[i] (in place)."""
-    k_cache[loc] = k.to(k_cache.dtype)
-    v_cache[loc] = v.to(v_cache.dtype)
+                       v: torch.Tensor, k_scale: torch.Tensor | None = None,
+                       v_scale: torch.Tensor | None = None) -> None:
+    """k_cache[loc[i]] = k[i]; v_cache[loc[i]] = v[i] (in place); into an FP8 cache k[i] / k_scale and
+    v[i] / v_scale, saturated to the e4m3 range."""
+    scales = kv_scales_for(k_cache, k_scale, v_scale)
+    if scales is None:
+        k_cache[loc] = k.to(k_cache.dtype)
+        v_cache[loc] = v.to(v_cache.dtype)
+        return
+    k_cache[loc] = quantize_kv(k, scales[0], k_cache.dtype)
+    v_cache[loc] = quantize_kv(v, scales[1], v_cache.dtype)

@@ -4,6 +4,7 @@ Same maths and signatures as `attention_ref` (whose per-request loops stay the r
 compare against), but one padded gather per layer and one fused attention call instead of a Python loop over
 requests: requests are padded to the longest KV length and masked. An extend's index tensors and masks are the
 same for every layer of a forward: `plan_extend` works them out once and `extend_attention_torch` takes the plan.
+An FP8 cache (`kv_quant`) is dequantized by its k_scale / v_scale as its rows are gathered.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from radixgen.kernels import cpu_features
+from radixgen.kernels.kv_quant import dequantize_kv, kv_scales_for
+
+KVScales = tuple[Tensor, Tensor]  # (k_scale, v_scale) [Hkv] fp32 of an FP8 cache
 
 QUERY_BLOCK = 512  # a long extend attends in blocks of queries, each over the keys its last query can see
 # Rows whose first keys are the same slots (a prefix shared through the radix cache) read those keys once, as
@@ -24,14 +28,17 @@ QUERY_BLOCK = 512  # a long extend attends in blocks of queries, each over the k
 SHARED_PREFIX_MIN = 64
 
 
-def _gather_kv(k_cache: Tensor, v_cache: Tensor, slots: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+def _gather_kv(k_cache: Tensor, v_cache: Tensor, slots: Tensor, dtype: torch.dtype,
+               scales: KVScales | None = None) -> tuple[Tensor, Tensor]:
     """K and V rows of slots [B, L] as [B, Hkv, L, D] head-major views of one gathered [B, L, Hkv, D] copy each
-    (`index_select`, not `k_cache[slots]`, which is slower for this row gather on the CPU)."""
+    (`index_select`, not `k_cache[slots]`, which is slower for this row gather on the CPU), in `dtype`:
+    dequantized by `scales` from an FP8 cache."""
     b, length = slots.shape
     flat = slots.reshape(-1)
-    k = k_cache.index_select(0, flat).view(b, length, *k_cache.shape[1:]).transpose(1, 2).to(dtype)
-    v = v_cache.index_select(0, flat).view(b, length, *v_cache.shape[1:]).transpose(1, 2).to(dtype)
-    return k, v
+    k_scale, v_scale = scales if scales is not None else (None, None)
+    k = dequantize_kv(k_cache.index_select(0, flat), k_scale, dtype).view(b, length, *k_cache.shape[1:])
+    v = dequantize_kv(v_cache.index_select(0, flat), v_scale, dtype).view(b, length, *v_cache.shape[1:])
+    return k.transpose(1, 2), v.transpose(1, 2)
 
 
 def _padded_attention(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, kv_len: Tensor, sm_scale: float,
@@ -157,10 +164,11 @@ def _cascade_attention(q: Tensor, ks: Tensor, vs: Tensor, kt: Tensor, vt: Tensor
 
 
 def _cascade_from_pool(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: Tensor, q_pos: Tensor, kv_len: Tensor,
-                       shared: int, sm_scale: float, own_mask: Tensor | None = None) -> Tensor:
+                       shared: int, sm_scale: float, own_mask: Tensor | None = None,
+                       scales: KVScales | None = None) -> Tensor:
     """`_cascade_attention` with the shared keys (once) and each row's own keys gathered from the pool."""
-    ks, vs = _gather_kv(k_cache, v_cache, slots[:1, :shared], q.dtype)  # [1, Hkv, P, D]
-    kt, vt = _gather_kv(k_cache, v_cache, slots[:, shared:], q.dtype)  # [B, Hkv, L - P, D]
+    ks, vs = _gather_kv(k_cache, v_cache, slots[:1, :shared], q.dtype, scales)  # [1, Hkv, P, D]
+    kt, vt = _gather_kv(k_cache, v_cache, slots[:, shared:], q.dtype, scales)  # [B, Hkv, L - P, D]
     return _cascade_attention(q, ks, vs, kt, vt, q_pos, kv_len, shared, sm_scale, own_mask)
 
 
@@ -182,17 +190,19 @@ def cascade_prefix_len(req_to_token: Tensor, req_pool_indices: Tensor, seq_lens:
 
 def decode_attention_torch(q: Tensor, k_cache: Tensor, v_cache: Tensor, req_to_token: Tensor,
                            req_pool_indices: Tensor, seq_lens: Tensor, sm_scale: float,
-                           sliding_window: int | None = None, max_seq_len: int | None = None) -> Tensor:
+                           sliding_window: int | None = None, max_seq_len: int | None = None,
+                           k_scale: Tensor | None = None, v_scale: Tensor | None = None) -> Tensor:
     """q [B, Hq, D], the new token of request b at position seq_lens[b] - 1 -> o [B, Hq, D], each request's keys
     gathered from the pool (`decode_copy_torch` reads them from copies carried across steps instead)."""
+    scales = kv_scales_for(k_cache, k_scale, v_scale)
     seq = seq_lens.long()
     length = int(max_seq_len) if max_seq_len is not None else int(seq_lens.max())
     slots = req_to_token[req_pool_indices, :length].long()
     shared = _use_cascade(slots, int(seq.min()) - 1, sliding_window)  # each row keeps its own last key
     if shared:
         return _cascade_from_pool(q[:, None], k_cache, v_cache, slots, (seq - 1)[:, None], seq, shared,
-                                  sm_scale)[:, 0]
-    k, v = _gather_kv(k_cache, v_cache, slots, q.dtype)
+                                  sm_scale, scales=scales)[:, 0]
+    k, v = _gather_kv(k_cache, v_cache, slots, q.dtype, scales)
     return _padded_attention(q[:, None], k, v, (seq - 1)[:, None], seq, sm_scale, sliding_window)[:, 0]
 
 
@@ -273,13 +283,15 @@ def plan_extend(req_to_token: Tensor, req_pool_indices: Tensor, prefix_lens: Ten
 def extend_attention_torch(q: Tensor, k_cache: Tensor, v_cache: Tensor, req_to_token: Tensor,
                            req_pool_indices: Tensor, prefix_lens: Tensor, extend_lens: Tensor,
                            extend_start_loc: Tensor, sm_scale: float, sliding_window: int | None = None,
-                           max_extend_len: int | None = None, plan: ExtendPlan | None = None) -> Tensor:
+                           max_extend_len: int | None = None, plan: ExtendPlan | None = None,
+                           k_scale: Tensor | None = None, v_scale: Tensor | None = None) -> Tensor:
     """q [T, Hq, D] (request b's new tokens at rows extend_start_loc[b] + i) -> o [T, Hq, D].
 
     Requests are padded to the longest extend; a batch mixing one long prefill with many decodes would pad
     every decode to the prefill's length, so single-token rows go through the decode path instead. `plan`:
     `plan_extend`'s result for these arguments, which the layers of one forward share (None: worked out here).
     """
+    scales = kv_scales_for(k_cache, k_scale, v_scale)
     if plan is None:
         plan = plan_extend(req_to_token, req_pool_indices, prefix_lens, extend_lens, extend_start_loc, q.shape[0],
                            q.shape[1] // k_cache.shape[1], q.dtype, sliding_window)
@@ -288,16 +300,16 @@ def extend_attention_torch(q: Tensor, k_cache: Tensor, v_cache: Tensor, req_to_t
         out[plan.single_rows] = decode_attention_torch(q[plan.single_rows], k_cache, v_cache, req_to_token,
                                                        req_pool_indices[plan.single],
                                                        (prefix_lens.long() + 1)[plan.single], sm_scale,
-                                                       sliding_window)
+                                                       sliding_window, k_scale=k_scale, v_scale=v_scale)
     pad = plan.padded
     if pad is None:
         return out
     qp = q[pad.rows]  # [M, E, Hq, D]
     if pad.shared:  # a prefix cached for all these requests: every new token sees all of it
         o = _cascade_from_pool(qp, k_cache, v_cache, pad.slots, pad.q_pos, pad.seq, pad.shared, sm_scale,
-                               pad.cascade_mask)
+                               pad.cascade_mask, scales)
     else:
-        k, v = _gather_kv(k_cache, v_cache, pad.slots, q.dtype)
+        k, v = _gather_kv(k_cache, v_cache, pad.slots, q.dtype, scales)
         o = torch.empty_like(qp)
         for s, e, visible, mask in pad.blocks:
             o[:, s:e] = _padded_attention(qp[:, s:e], k[:, :, :visible], v[:, :, :visible], pad.q_pos[:, s:e],

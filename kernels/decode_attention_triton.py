@@ -9,6 +9,10 @@ head). With a single split stage 1 writes the output directly and stage 2 is ski
 
 The split count adapts to the launch: short batches of long contexts get many splits so every SM has work,
 large batches get one. Each request divides its own length into the splits, so ragged batches stay balanced.
+
+An FP8 cache (`kv_quant`; the FP8 constexpr branch, the default path compiles as without it) is read as codes
+converted exactly to the query dtype for the dots; the program's one KV head scale folds into the score scale
+(k_scale) and the output (v_scale), the same maths as dequantizing every element, in fp32.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
+from radixgen.kernels.kv_quant import kv_scales_for
 from radixgen.kernels.softmax_triton import NEG_LARGE, online_softmax_step
 
 LOG2E = 1.4426950408889634
@@ -39,12 +44,12 @@ class DecodeConfig:
 
 @triton.jit
 def _decode_split_kernel(
-    q, k_cache, v_cache, out, mid_o, mid_lse, req_to_token, req_pool_indices, seq_lens,
+    q, k_cache, v_cache, k_scale, v_scale, out, mid_o, mid_lse, req_to_token, req_pool_indices, seq_lens,
     stride_qb, stride_qh, stride_ob, stride_oh, stride_ks, stride_kh, stride_vs, stride_vh, stride_rt,
     stride_mb, stride_mh, stride_ms, stride_lb, stride_lh,
     sm_scale_log2, window, num_splits,
     GROUP: tl.constexpr, BLOCK_H: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr,
-    DIRECT_OUT: tl.constexpr, HAS_WINDOW: tl.constexpr,
+    DIRECT_OUT: tl.constexpr, HAS_WINDOW: tl.constexpr, FP8: tl.constexpr,
 ):
     b = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -71,16 +76,24 @@ def _decode_split_kernel(
     k_base = k_cache + kv_head.to(tl.int64) * stride_kh
     v_base = v_cache + kv_head.to(tl.int64) * stride_vh
     slots_row = req_to_token + req * stride_rt
+    if FP8:  # scores q.k = (q . codes) * k_scale: fold it into the softmax scale
+        sm_scale_log2 = sm_scale_log2 * tl.load(k_scale + kv_head)
     for n0 in range(start, end, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
         mask_n = offs_n < end
         slots = tl.load(slots_row + offs_n, mask=mask_n, other=0).to(tl.int64)
         k = tl.load(k_base + slots[:, None] * stride_ks + offs_d[None, :], mask=mask_n[:, None], other=0.0)
+        if FP8:
+            k = k.to(q_tile.dtype)
         qk = tl.dot(q_tile, tl.trans(k))
         qk = tl.where(mask_n[None, :], qk, float("-inf"))
         v = tl.load(v_base + slots[:, None] * stride_vs + offs_d[None, :], mask=mask_n[:, None], other=0.0)
+        if FP8:
+            v = v.to(q_tile.dtype)
         m_i, l_i, acc = online_softmax_step(qk, m_i, l_i, acc, v, sm_scale_log2)
 
+    if FP8:  # P @ (codes * v_scale) = (P @ codes) * v_scale
+        acc = acc * tl.load(v_scale + kv_head)
     l_safe = tl.where(l_i > 0.0, l_i, 1.0)
     part = acc / l_safe[:, None]
     if DIRECT_OUT:  # a single split: its normalised partial is the output
@@ -139,12 +152,16 @@ def decode_attention_triton(
     max_seq_len: int | None = None,
     config: DecodeConfig | None = None,
     num_splits: int | None = None,
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """q [B, Hq, D] (one new token per request, at position seq_lens[b] - 1) -> o [B, Hq, D].
 
     `max_seq_len` (an upper bound of seq_lens) only sizes the split count; pass it to avoid a device sync, and
-    pass a fixed `num_splits` when the launch is captured in a CUDA graph replayed for many lengths.
+    pass a fixed `num_splits` when the launch is captured in a CUDA graph replayed for many lengths. An FP8 cache
+    takes its k_scale and v_scale ([Hkv] fp32).
     """
+    scales = kv_scales_for(k_cache, k_scale, v_scale)
     config = config or DecodeConfig()
     batch, num_q_heads, head_dim = q.shape
     num_kv_heads = k_cache.shape[1]
@@ -167,14 +184,15 @@ def decode_attention_triton(
     else:  # unused by the kernel; any float32 tensors keep the signature uniform
         mid_o = torch.empty(1, 1, 1, 1, dtype=torch.float32, device=q.device)
         mid_lse = torch.empty(1, 1, 1, dtype=torch.float32, device=q.device)
+    ks, vs = scales if scales is not None else (k_cache, v_cache)  # unread without FP8
     _decode_split_kernel[(batch, num_kv_heads, num_splits)](
-        q, k_cache, v_cache, out, mid_o, mid_lse, req_to_token, req_pool_indices, seq_lens,
+        q, k_cache, v_cache, ks, vs, out, mid_o, mid_lse, req_to_token, req_pool_indices, seq_lens,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1), k_cache.stride(0), k_cache.stride(1),
         v_cache.stride(0), v_cache.stride(1), req_to_token.stride(0),
         mid_o.stride(0), mid_o.stride(1), mid_o.stride(2), mid_lse.stride(0), mid_lse.stride(1),
         sm_scale * LOG2E, sliding_window or 0, num_splits,
         GROUP=group, BLOCK_H=max(16, triton.next_power_of_2(group)), D=head_dim, BLOCK_N=config.block_n,
-        DIRECT_OUT=num_splits == 1, HAS_WINDOW=sliding_window is not None,
+        DIRECT_OUT=num_splits == 1, HAS_WINDOW=sliding_window is not None, FP8=scales is not None,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     if num_splits > 1:

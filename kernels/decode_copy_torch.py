@@ -7,6 +7,7 @@ each request's keys and values in a row of per-layer buffers and decides per for
 request holds and which of its positions must be (re)filled from the pool (`CopyPlacement`, the policy in
 runtime/attention/decode_kv_copies.py). `plan_copy_step` turns that into the index tensors every layer of the
 forward shares, and `decode_attention_from_copy` brings one layer's buffers up to date and attends over them.
+The copies hold K/V in the query dtype: rows read from an FP8 pool are dequantized as they are copied.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from radixgen.kernels.attention_torch import (
     _padded_attention,
     _padded_mask,
 )
+from radixgen.kernels.kv_quant import dequantize_kv, kv_scales_for
 
 
 @dataclass(frozen=True)
@@ -97,20 +99,26 @@ def copy_step_mask(step: CopyStep, group: int, dtype: torch.dtype, sliding_windo
 
 
 def decode_attention_from_copy(q: Tensor, k_cache: Tensor, v_cache: Tensor, k_copy: Tensor, v_copy: Tensor,
-                               step: CopyStep, mask: Tensor, sm_scale: float) -> Tensor:
+                               step: CopyStep, mask: Tensor, sm_scale: float, k_scale: Tensor | None = None,
+                               v_scale: Tensor | None = None) -> Tensor:
     """q [B, Hq, D] of the decode requests -> o [B, Hq, D], like `decode_attention_torch` (with the window that
     `mask`, `copy_step_mask`'s result, was made for), each request's own keys read from one layer's copy
-    buffers (k_copy, v_copy [R, Hkv, capacity, D]) after this step's fills and appends from the pool."""
+    buffers (k_copy, v_copy [R, Hkv, capacity, D]) after this step's fills and appends from the pool (an FP8
+    pool's dequantized by k_scale / v_scale)."""
     pl = step.placement
     p, rows = pl.shared, pl.rows
+    scales = kv_scales_for(k_cache, k_scale, v_scale)
+    ks, vs = scales if scales is not None else (None, None)
     if step.fill is not None:
         shape = (*step.fill.rows.shape, *k_cache.shape[1:])
         k_copy.permute(0, 2, 1, 3)[step.fill.rows, step.fill.cols] = (
-            k_cache.index_select(0, step.fill.slots).view(shape).to(k_copy.dtype))
+            dequantize_kv(k_cache.index_select(0, step.fill.slots), ks, k_copy.dtype).view(shape))
         v_copy.permute(0, 2, 1, 3)[step.fill.rows, step.fill.cols] = (
-            v_cache.index_select(0, step.fill.slots).view(shape).to(v_copy.dtype))
-    k_copy.permute(0, 2, 1, 3)[rows, step.newest_cols] = k_cache.index_select(0, step.newest).to(k_copy.dtype)
-    v_copy.permute(0, 2, 1, 3)[rows, step.newest_cols] = v_cache.index_select(0, step.newest).to(v_copy.dtype)
+            dequantize_kv(v_cache.index_select(0, step.fill.slots), vs, v_copy.dtype).view(shape))
+    k_copy.permute(0, 2, 1, 3)[rows, step.newest_cols] = dequantize_kv(k_cache.index_select(0, step.newest), ks,
+                                                                       k_copy.dtype)
+    v_copy.permute(0, 2, 1, 3)[rows, step.newest_cols] = dequantize_kv(v_cache.index_select(0, step.newest), vs,
+                                                                       v_copy.dtype)
     kt = k_copy[: pl.num_rows, :, : step.length - p]  # [R', Hkv, L - P, D] views: no copy
     vt = v_copy[: pl.num_rows, :, : step.length - p]
     qr = q
@@ -118,8 +126,9 @@ def decode_attention_from_copy(q: Tensor, k_cache: Tensor, v_cache: Tensor, k_co
         qr = q.new_zeros(pl.num_rows, *q.shape[1:])
         qr[rows] = q
     if step.shared_slots is not None:
-        ks, vs = _gather_kv(k_cache, v_cache, step.shared_slots, q.dtype)
-        out = _cascade_attention(qr[:, None], ks, vs, kt, vt, step.q_pos, step.seq_rows, p, sm_scale, mask)[:, 0]
+        k_shared, v_shared = _gather_kv(k_cache, v_cache, step.shared_slots, q.dtype, scales)
+        out = _cascade_attention(qr[:, None], k_shared, v_shared, kt, vt, step.q_pos, step.seq_rows, p, sm_scale,
+                                 mask)[:, 0]
     else:  # the mask holds the window
         out = _padded_attention(qr[:, None], kt, vt, step.q_pos, step.seq_rows, sm_scale, None, mask)[:, 0]
     return out if pl.in_order else out[rows]

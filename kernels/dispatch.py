@@ -135,32 +135,36 @@ def linear_weight_packer(dtype: torch.dtype, device: torch.device) -> Callable[[
 
 def extend_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, req_to_token: Tensor, req_pool_indices: Tensor,
                      prefix_lens: Tensor, extend_lens: Tensor, extend_start_loc: Tensor, sm_scale: float,
-                     sliding_window: int | None = None, max_extend_len: int | None = None) -> Tensor:
+                     sliding_window: int | None = None, max_extend_len: int | None = None,
+                     k_scale: Tensor | None = None, v_scale: Tensor | None = None) -> Tensor:
     ops = _triton_for(q)
     if ops is not None and _supported_head_dim(q.shape[-1]):
         return ops.extend_attention(q, k_cache, v_cache, req_to_token, req_pool_indices, prefix_lens,
-                                    extend_lens, extend_start_loc, sm_scale, sliding_window, max_extend_len)
+                                    extend_lens, extend_start_loc, sm_scale, sliding_window, max_extend_len,
+                                    k_scale=k_scale, v_scale=v_scale)
     return attention_torch.extend_attention_torch(q, k_cache, v_cache, req_to_token, req_pool_indices,
                                                   prefix_lens, extend_lens, extend_start_loc, sm_scale,
-                                                  sliding_window, max_extend_len)
+                                                  sliding_window, max_extend_len, k_scale=k_scale, v_scale=v_scale)
 
 
 def decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, req_to_token: Tensor, req_pool_indices: Tensor,
                      seq_lens: Tensor, sm_scale: float, sliding_window: int | None = None,
-                     max_seq_len: int | None = None) -> Tensor:
+                     max_seq_len: int | None = None, k_scale: Tensor | None = None,
+                     v_scale: Tensor | None = None) -> Tensor:
     ops = _triton_for(q)
     if ops is not None and _supported_head_dim(q.shape[-1]):
         return ops.decode_attention(q, k_cache, v_cache, req_to_token, req_pool_indices, seq_lens, sm_scale,
-                                    sliding_window, max_seq_len)
+                                    sliding_window, max_seq_len, k_scale=k_scale, v_scale=v_scale)
     return attention_torch.decode_attention_torch(q, k_cache, v_cache, req_to_token, req_pool_indices,
-                                                  seq_lens, sm_scale, sliding_window, max_seq_len)
+                                                  seq_lens, sm_scale, sliding_window, max_seq_len, k_scale, v_scale)
 
 
-def store_kv(k_cache: Tensor, v_cache: Tensor, loc: Tensor, k: Tensor, v: Tensor) -> None:
+def store_kv(k_cache: Tensor, v_cache: Tensor, loc: Tensor, k: Tensor, v: Tensor, k_scale: Tensor | None = None,
+             v_scale: Tensor | None = None) -> None:
     ops = _triton_for(k_cache)
     if ops is not None and k_cache.is_contiguous() and v_cache.is_contiguous():
-        return ops.store_kv(k_cache, v_cache, loc, k, v)
-    return attention_ref.store_kv_reference(k_cache, v_cache, loc, k, v)
+        return ops.store_kv(k_cache, v_cache, loc, k, v, k_scale, v_scale)
+    return attention_ref.store_kv_reference(k_cache, v_cache, loc, k, v, k_scale, v_scale)
 
 
 def rmsnorm(x: Tensor, weight: Tensor, eps: float) -> Tensor:

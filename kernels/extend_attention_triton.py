@@ -7,7 +7,7 @@ the prefix. Positions every row of the block sees (all before the block's first 
 diagonal blocks run with the causal mask. With a sliding window every block is masked. Softmax is the online
 (streaming) form with fp32 accumulation. Programs of one request's heads are adjacent in the launch order, so
 the query heads of a GQA group read the same K/V blocks close in time (from L2); the heaviest (last) query
-blocks start first.
+blocks start first. An FP8 cache is read as the decode kernel reads it (decode_attention_triton's docstring).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
+from radixgen.kernels.kv_quant import kv_scales_for
 from radixgen.kernels.softmax_triton import NEG_LARGE, online_softmax_step
 
 LOG2E = 1.4426950408889634
@@ -43,11 +44,12 @@ def default_extend_config(head_dim: int) -> ExtendConfig:
 
 @triton.jit
 def _extend_kernel(
-    q, k_cache, v_cache, o, req_to_token, req_pool_indices, prefix_lens, extend_lens, extend_start_loc,
+    q, k_cache, v_cache, k_scale, v_scale, o, req_to_token, req_pool_indices, prefix_lens, extend_lens,
+    extend_start_loc,
     stride_qt, stride_qh, stride_ot, stride_oh, stride_ks, stride_kh, stride_vs, stride_vh, stride_rt,
     sm_scale_log2, window,
     GROUP: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    HAS_WINDOW: tl.constexpr,
+    HAS_WINDOW: tl.constexpr, FP8: tl.constexpr,
 ):
     head = tl.program_id(0)
     m_block = tl.num_programs(1) - 1 - tl.program_id(1)
@@ -76,6 +78,8 @@ def _extend_kernel(
     k_base = k_cache + kv_head * stride_kh
     v_base = v_cache + kv_head * stride_vh
     slots_row = req_to_token + req * stride_rt
+    if FP8:  # scores q.k = (q . codes) * k_scale: fold it into the softmax scale
+        sm_scale_log2 = sm_scale_log2 * tl.load(k_scale + kv_head)
 
     first_q = prefix_len + start_m  # position of the block's first query
     kv_end = tl.minimum(first_q + BLOCK_M, seq_len)  # causal: nothing at or past this is seen
@@ -90,8 +94,12 @@ def _extend_kernel(
         offs_n = n0 + tl.arange(0, BLOCK_N)
         slots = tl.load(slots_row + offs_n).to(tl.int64)
         k = tl.load(k_base + slots[:, None] * stride_ks + offs_d[None, :])
+        if FP8:
+            k = k.to(q_tile.dtype)
         qk = tl.dot(q_tile, tl.trans(k))
         v = tl.load(v_base + slots[:, None] * stride_vs + offs_d[None, :])
+        if FP8:
+            v = v.to(q_tile.dtype)
         m_i, l_i, acc = online_softmax_step(qk, m_i, l_i, acc, v, sm_scale_log2)
 
     for n0 in range(full_end, kv_end, BLOCK_N):
@@ -99,14 +107,20 @@ def _extend_kernel(
         mask_n = offs_n < kv_end
         slots = tl.load(slots_row + offs_n, mask=mask_n, other=0).to(tl.int64)
         k = tl.load(k_base + slots[:, None] * stride_ks + offs_d[None, :], mask=mask_n[:, None], other=0.0)
+        if FP8:
+            k = k.to(q_tile.dtype)
         qk = tl.dot(q_tile, tl.trans(k))
         visible = mask_n[None, :] & (offs_n[None, :] <= q_pos[:, None])
         if HAS_WINDOW:
             visible = visible & (offs_n[None, :] > q_pos[:, None] - window)
         qk = tl.where(visible, qk, float("-inf"))
         v = tl.load(v_base + slots[:, None] * stride_vs + offs_d[None, :], mask=mask_n[:, None], other=0.0)
+        if FP8:
+            v = v.to(q_tile.dtype)
         m_i, l_i, acc = online_softmax_step(qk, m_i, l_i, acc, v, sm_scale_log2)
 
+    if FP8:  # P @ (codes * v_scale) = (P @ codes) * v_scale
+        acc = acc * tl.load(v_scale + kv_head)
     l_safe = tl.where(l_i > 0.0, l_i, 1.0)
     out = acc / l_safe[:, None]
     tl.store(o + rows[:, None] * stride_ot + head * stride_oh + offs_d[None, :], out.to(o.dtype.element_ty),
@@ -126,11 +140,15 @@ def extend_attention_triton(
     sliding_window: int | None = None,
     max_extend_len: int | None = None,
     config: ExtendConfig | None = None,
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """q [T, Hq, D]; k_cache/v_cache [S, Hkv, D] already holding the new rows -> o [T, Hq, D].
 
-    `max_extend_len` (an upper bound of extend_lens) sizes the grid; pass it to avoid a device sync.
+    `max_extend_len` (an upper bound of extend_lens) sizes the grid; pass it to avoid a device sync. An FP8 cache
+    takes its k_scale and v_scale ([Hkv] fp32).
     """
+    scales = kv_scales_for(k_cache, k_scale, v_scale)
     num_tokens, num_q_heads, head_dim = q.shape
     num_kv_heads = k_cache.shape[1]
     assert num_q_heads % num_kv_heads == 0, "query heads must be a multiple of KV heads"
@@ -143,12 +161,14 @@ def extend_attention_triton(
     if max_extend_len is None:
         max_extend_len = int(extend_lens.max())
     grid = (num_q_heads, triton.cdiv(max_extend_len, config.block_m), batch)
+    ks, vs = scales if scales is not None else (k_cache, v_cache)  # unread without FP8
     _extend_kernel[grid](
-        q, k_cache, v_cache, o, req_to_token, req_pool_indices, prefix_lens, extend_lens, extend_start_loc,
+        q, k_cache, v_cache, ks, vs, o, req_to_token, req_pool_indices, prefix_lens, extend_lens, extend_start_loc,
         q.stride(0), q.stride(1), o.stride(0), o.stride(1), k_cache.stride(0), k_cache.stride(1),
         v_cache.stride(0), v_cache.stride(1), req_to_token.stride(0),
         sm_scale * LOG2E, sliding_window or 0,
         GROUP=num_q_heads // num_kv_heads, D=head_dim, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
-        HAS_WINDOW=sliding_window is not None, num_warps=config.num_warps, num_stages=config.num_stages,
+        HAS_WINDOW=sliding_window is not None, FP8=scales is not None, num_warps=config.num_warps,
+        num_stages=config.num_stages,
     )
     return o

@@ -19,6 +19,9 @@ class EngineConfig:
     # Memory: either an explicit KV budget in tokens, or a fraction of free device memory (CUDA).
     max_total_tokens: int | None = None
     mem_fraction: float = 0.85
+    # What the KV cache stores: auto (the model dtype) | fp8_e4m3 (e4m3 codes, per-head scales, twice the tokens;
+    # "fp8" is an alias). See runtime/kv_pool.py.
+    kv_cache_dtype: str = "auto"
     page_size: int = 1
     # Batching.
     max_running_requests: int = 256
@@ -72,6 +75,9 @@ class EngineConfig:
         check_quantization(self.quantization)
         if self.load_format not in ("auto", "safetensors", "gguf", "dummy"):
             raise ValueError(f"load_format must be auto|safetensors|gguf|dummy, got {self.load_format!r}")
+        from radixgen.runtime.kv_pool import check_kv_cache_dtype
+
+        check_kv_cache_dtype(self.kv_cache_dtype)
         if not 0.0 < self.mem_fraction <= 1.0:
             raise ValueError(f"mem_fraction must be in (0, 1], got {self.mem_fraction}")
         if self.cpu_threads is not None and self.cpu_threads < 1:

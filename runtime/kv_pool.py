@@ -2,6 +2,7 @@
 
     KVPool          the memory: per-layer K and V buffers [num_slots, num_kv_heads, head_dim]; a slot holds one
                     token's K/V of every layer. Slot 0 is never handed out: padded rows write there harmlessly.
+                    In the model dtype, or (kv_cache_dtype="fp8_e4m3") FP8 codes with per (layer, KV head) scales.
     SlotAllocator   which slots are free (an int64 array used as a stack); knows nothing of tensors' contents.
     ReqToTokenPool  the int32 table [max_requests, max_context] mapping (request row, position) -> slot, plus
                     the free rows. Attention reads K/V through this table.
@@ -19,13 +20,42 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
+from radixgen.kernels.kv_quant import FP8_KV_DTYPE
+from radixgen.kernels.quant_fp8 import FP8_MIN_CAPABILITY
 from radixgen.runtime.config import ModelConfig
 
 PADDING_SLOT = 0  # reserved slot: writes of padding rows land here and nothing reads it
 
+# kv_cache_dtype names: "auto" is the model dtype; "fp8" is vLLM's alias of "fp8_e4m3" (e4m3fn codes)
+KV_CACHE_DTYPES = ("auto", "fp8_e4m3", "fp8")
+
+
+def check_kv_cache_dtype(name: str) -> None:
+    """Refuse an unknown kv_cache_dtype, or FP8 with a torch that has no float8 dtypes."""
+    if name not in KV_CACHE_DTYPES:
+        raise ValueError(f"kv_cache_dtype must be {'|'.join(KV_CACHE_DTYPES)}, got {name!r}")
+    if name != "auto" and FP8_KV_DTYPE is None:
+        raise ValueError(f"kv_cache_dtype={name!r} needs a torch with float8 dtypes (torch.float8_e4m3fn); "
+                         f"torch {torch.__version__} has none: use kv_cache_dtype='auto'")
+
+
+def kv_cache_dtype(name: str, model_dtype: torch.dtype, device: torch.device) -> torch.dtype:
+    """The dtype the KV pool stores: the model's for "auto", float8_e4m3fn for FP8 (on CUDA from compute
+    capability 8.9, Ada/Hopper, whose conversions the kernels use)."""
+    check_kv_cache_dtype(name)
+    if name == "auto" or FP8_KV_DTYPE is None:
+        return model_dtype
+    if device.type == "cuda" and torch.cuda.get_device_capability(device) < FP8_MIN_CAPABILITY:
+        major, minor = torch.cuda.get_device_capability(device)
+        raise ValueError(f"kv_cache_dtype={name!r} needs a GPU of compute capability >= 8.9 (Ada, Hopper or "
+                         f"newer); {device} has {major}.{minor}: use kv_cache_dtype='auto'")
+    return FP8_KV_DTYPE
+
 
 class KVPool:
-    """Preallocated K and V buffers for every layer, indexed by slot."""
+    """Preallocated K and V buffers for every layer, indexed by slot. An FP8 pool also holds the scales of its
+    codes, `k_scales` and `v_scales` [num_layers, num_kv_heads] fp32 (x is stored as x / scale): 1.0 until
+    `set_scales` puts calibrated ones, as vLLM and SGLang default to without a checkpoint's k_scale/v_scale."""
 
     def __init__(self, num_layers: int, num_slots: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype,
                  device: torch.device | str) -> None:
@@ -37,10 +67,34 @@ class KVPool:
         shape = (num_slots, num_kv_heads, head_dim)
         self.k_buffers = [lazy_zeros(shape, dtype, self.device) for _ in range(num_layers)]
         self.v_buffers = [lazy_zeros(shape, dtype, self.device) for _ in range(num_layers)]
+        self.k_scales: torch.Tensor | None = None
+        self.v_scales: torch.Tensor | None = None
+        if FP8_KV_DTYPE is not None and dtype == FP8_KV_DTYPE:
+            self.k_scales = torch.ones(num_layers, num_kv_heads, dtype=torch.float32, device=self.device)
+            self.v_scales = torch.ones(num_layers, num_kv_heads, dtype=torch.float32, device=self.device)
+
+    def scales(self, layer: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Layer `layer`'s (k_scale, v_scale) [num_kv_heads] of an FP8 pool (views: a captured graph reads what
+        `set_scales` writes later), None for a pool holding K/V as they are."""
+        if self.k_scales is None or self.v_scales is None:
+            return None
+        return self.k_scales[layer], self.v_scales[layer]
+
+    def set_scales(self, k_scales: torch.Tensor | float, v_scales: torch.Tensor | float) -> None:
+        """Calibrated scales of an FP8 pool, broadcast to [num_layers, num_kv_heads] (a per-tensor value per layer
+        as [num_layers, 1]). Set them before the pool holds any token: codes already stored keep their old scale."""
+        if self.k_scales is None or self.v_scales is None:
+            raise ValueError(f"a KV pool of {self.dtype} takes no scales (only kv_cache_dtype='fp8_e4m3' does)")
+        for dst, src in ((self.k_scales, k_scales), (self.v_scales, v_scales)):
+            t = torch.as_tensor(src, dtype=torch.float32).to(self.device).expand_as(dst)
+            if not bool(torch.isfinite(t).all()) or not bool((t > 0).all()):
+                raise ValueError("KV cache scales must be finite and positive")
+            dst.copy_(t)
 
     @classmethod
     def for_model(cls, config: ModelConfig, num_slots: int, dtype: torch.dtype,
                   device: torch.device | str) -> KVPool:
+        """A pool for `config`'s layers holding K/V in `dtype` (`kv_cache_dtype`'s result)."""
         return cls(config.num_hidden_layers, num_slots, config.num_key_value_heads, config.head_dim, dtype, device)
 
     @property
@@ -75,7 +129,8 @@ def kv_pool_num_slots(config: ModelConfig, dtype: torch.dtype, device: torch.dev
 
     An explicit `max_total_tokens` wins. On CUDA the pool takes `mem_fraction` of the memory still free after the
     weights are loaded; on the CPU, where memory is shared with everything else, a fixed budget
-    (`cpu_budget_bytes`, 1 GiB) that still holds at least one full context.
+    (`cpu_budget_bytes`, 1 GiB) that still holds at least one full context. Bytes per token count `dtype`, the
+    cache's: an FP8 cache holds twice a 16-bit one's tokens (its scales are per layer, not per token).
     """
     if max_total_tokens is not None:
         if max_total_tokens < 1:

@@ -18,7 +18,14 @@ from radixgen.runtime.attention import DecodeKVCopies, attention_backend_for
 from radixgen.runtime.download import cache_dir
 from radixgen.runtime.engine_config import EngineConfig
 from radixgen.runtime.forward_batch import ForwardBatch
-from radixgen.runtime.kv_pool import CPU_KV_BUDGET_BYTES, KVPool, ReqToTokenPool, SlotAllocator, kv_pool_num_slots
+from radixgen.runtime.kv_pool import (
+    CPU_KV_BUDGET_BYTES,
+    KVPool,
+    ReqToTokenPool,
+    SlotAllocator,
+    kv_cache_dtype,
+    kv_pool_num_slots,
+)
 from radixgen.runtime.loader import load_model
 from radixgen.runtime.model_path import check_tokenizer_source, local_model_path
 
@@ -77,9 +84,10 @@ class ModelRunner:
         pack = kernels.linear_weight_packer(self.dtype, self.device)
         if pack is not None:  # fp32 on an AMD CPU: weights in oneDNN's layout (kernels/linear_onednn.py)
             self.model.pack_linear_weights(pack)
-        num_slots = kv_pool_num_slots(self.model_config, self.dtype, self.device, config.max_total_tokens,
+        cache_dtype = kv_cache_dtype(config.kv_cache_dtype, self.dtype, self.device)
+        num_slots = kv_pool_num_slots(self.model_config, cache_dtype, self.device, config.max_total_tokens,
                                       config.mem_fraction)
-        self.kv_pool = KVPool.for_model(self.model_config, num_slots, self.dtype, self.device)
+        self.kv_pool = KVPool.for_model(self.model_config, num_slots, cache_dtype, self.device)
         self.slot_allocator = SlotAllocator(num_slots)
         self.req_to_token_pool = ReqToTokenPool(config.max_running_requests, self.context_length, self.device)
         logger.info("model %s on %s/%s; KV pool %d tokens (%.2f GiB)", self.model_path, self.device, self.dtype,

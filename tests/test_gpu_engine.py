@@ -288,6 +288,7 @@ def test_speculative_verify_steps_replay_graphs_and_change_no_token_on_cuda():
     options = {"load_format": "dummy", "dummy_config": SMALL, "tokenizer_path": str(tokenizer), "device": "cuda",
                "dtype": "float32", "max_total_tokens": 40_000, "max_running_requests": 32}
     with Engine(**options, speculative_algorithm="ngram") as eng:
+        eng.core.spec_policy.draft_tokens = lambda batch_size: 4  # draft at every step, whatever it measures
         drafted = _generate_all_at_once(eng, prompts, params)
         stats = eng.get_stats()
         assert eng.runner.graph_runner is not None and eng.runner.graph_runner.verify_replays > 0

@@ -39,11 +39,12 @@ _decode_cfg = decode_attention_triton.DecodeConfig()
 # (id, kernel, constexprs, launch options, instructions the PTX must contain)
 KERNELS = [
     ("extend-d128-gqa4", extend_attention_triton._extend_kernel,
-     {"GROUP": 4, "D": 128, "BLOCK_M": _extend_cfg.block_m, "BLOCK_N": _extend_cfg.block_n, "HAS_WINDOW": False},
+     {"GROUP": 4, "D": 128, "BLOCK_M": _extend_cfg.block_m, "BLOCK_N": _extend_cfg.block_n, "HAS_WINDOW": False,
+      "FP8": False},
      {"num_warps": _extend_cfg.num_warps, "num_stages": _extend_cfg.num_stages}, ("wgmma", "cp.async")),
     ("decode-d128-gqa4-split", decode_attention_triton._decode_split_kernel,
      {"GROUP": 4, "BLOCK_H": 16, "D": 128, "BLOCK_N": _decode_cfg.block_n, "DIRECT_OUT": False,
-      "HAS_WINDOW": True},
+      "HAS_WINDOW": True, "FP8": False},
      {"num_warps": _decode_cfg.num_warps, "num_stages": _decode_cfg.num_stages}, ("mma", "cp.async")),
     ("decode-reduce", decode_attention_triton._decode_reduce_kernel, {"BLOCK_S": 64, "D": 128},
      {"num_warps": 4}, ("ld.global.v4",)),
@@ -54,8 +55,8 @@ KERNELS = [
     ("silu-and-mul", activation_triton._silu_and_mul_kernel, {"N": 14336, "BLOCK": 2048}, {"num_warps": 4},
      ("ld.global.v4",)),
     ("token-bitmask", bitmask_triton._bitmask_kernel, {"HAS_INDICES": True, "BLOCK": 4096}, {"num_warps": 4}, ()),
-    ("store-kv", store_kv_triton._store_kv_kernel, {"ROW": 1024, "BLOCK": 1024}, {"num_warps": 4},
-     ("ld.global.v4",)),
+    ("store-kv", store_kv_triton._store_kv_kernel, {"ROW": 1024, "BLOCK": 1024, "D": 128, "FP8": False},
+     {"num_warps": 4}, ("ld.global.v4",)),
 ]
 
 

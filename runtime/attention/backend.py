@@ -4,7 +4,8 @@ A backend is planned once per forward, `plan(batch) -> metadata` (by the model r
 region by the CUDA-graph runner), and called by every attention layer, `forward(q, k_cache, v_cache, layer,
 metadata) -> o`, after the layer has stored its new tokens' K/V in the pool: attention then reads every
 position of every request by slot, the new tokens included. The metadata is one frozen dataclass per backend
-holding what all layers of the forward index with.
+holding what all layers of the forward index with. An FP8 pool's layer comes with its `kv_scales`, (k_scale,
+v_scale) [Hkv] fp32, which the layer's store used and the backend's reads dequantize by.
 
 Requests keep ForwardBatch's description, (prefix_len, extend_len) per request. `split_rows` is the one place
 that says which of them the decode kernel serves: the leading run of requests extending by one token (running
@@ -25,6 +26,7 @@ from radixgen.runtime.config import ModelConfig
 from radixgen.runtime.forward_batch import ForwardBatch, ForwardMode
 
 MetadataT = TypeVar("MetadataT")
+KVScales = tuple[torch.Tensor, torch.Tensor]  # (k_scale, v_scale) [Hkv] fp32 of one layer of an FP8 pool
 
 
 @dataclass(frozen=True)
@@ -59,9 +61,9 @@ class AttentionBackend(Protocol[MetadataT]):
         ...
 
     def forward(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, layer: int,
-                metadata: MetadataT) -> torch.Tensor:
+                metadata: MetadataT, kv_scales: KVScales | None = None) -> torch.Tensor:
         """q [T, Hq, D] of the forward's new tokens -> o [T, Hq, D] for model layer `layer`, whose K/V pool
-        buffers (the new tokens' K/V already stored) are k_cache and v_cache."""
+        buffers (the new tokens' K/V already stored) are k_cache and v_cache (FP8 codes: with `kv_scales`)."""
         ...
 
 

@@ -17,7 +17,7 @@ from typing import TypeVar
 import torch
 
 from radixgen import kernels
-from radixgen.runtime.attention.backend import AttentionShape, Rows, RowSplit, attend_split, split_rows
+from radixgen.runtime.attention.backend import AttentionShape, KVScales, Rows, RowSplit, attend_split, split_rows
 from radixgen.runtime.attention.decode_kv_copies import DecodeKVCopies
 from radixgen.runtime.forward_batch import ForwardBatch
 
@@ -82,21 +82,23 @@ class TorchAttentionBackend:
         return tuple(made[w] for w in self.shape.sliding_windows)
 
     def forward(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, layer: int,
-                metadata: TorchAttentionMetadata) -> torch.Tensor:
+                metadata: TorchAttentionMetadata, kv_scales: KVScales | None = None) -> torch.Tensor:
         window = self.shape.sliding_windows[layer]
         table, carried = metadata.split.req_to_token, metadata.carried
+        k_scale, v_scale = kv_scales if kv_scales is not None else (None, None)
 
         def decode(qd: torch.Tensor, rows: Rows) -> torch.Tensor:
             if carried is not None:
                 return kernels.decode_attention_from_copy(qd, k_cache, v_cache, carried.k[layer], carried.v[layer],
-                                                          carried.step, carried.masks[layer], self.scale)
+                                                          carried.step, carried.masks[layer], self.scale, k_scale,
+                                                          v_scale)
             return kernels.decode_attention_torch(qd, k_cache, v_cache, table, rows.req_pool_indices, rows.seq_lens,
-                                                  self.scale, window, metadata.split.max_seq_len)
+                                                  self.scale, window, metadata.split.max_seq_len, k_scale, v_scale)
 
         def extend(qe: torch.Tensor, rows: Rows) -> torch.Tensor:
             return kernels.extend_attention_torch(qe, k_cache, v_cache, table, rows.req_pool_indices,
                                                   rows.prefix_lens, rows.extend_lens, rows.extend_start_loc,
                                                   self.scale, window, rows.max_extend_len,
-                                                  metadata.extend_plans[layer])
+                                                  metadata.extend_plans[layer], k_scale, v_scale)
 
         return attend_split(q, metadata.split, decode, extend)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from radixgen import kernels
-from radixgen.runtime.attention.backend import AttentionShape, Rows, RowSplit, attend_split, split_rows
+from radixgen.runtime.attention.backend import AttentionShape, KVScales, Rows, RowSplit, attend_split, split_rows
 from radixgen.runtime.forward_batch import ForwardBatch
 
 
@@ -26,17 +26,20 @@ class TritonAttentionBackend:
         return split_rows(batch)
 
     def forward(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, layer: int,
-                metadata: RowSplit) -> torch.Tensor:
+                metadata: RowSplit, kv_scales: KVScales | None = None) -> torch.Tensor:
         window = self.shape.sliding_windows[layer]
         table = metadata.req_to_token
+        k_scale, v_scale = kv_scales if kv_scales is not None else (None, None)
 
         def decode(qd: torch.Tensor, rows: Rows) -> torch.Tensor:
             return kernels.decode_attention(qd, k_cache, v_cache, table, rows.req_pool_indices, rows.seq_lens,
-                                            self.scale, sliding_window=window, max_seq_len=metadata.max_seq_len)
+                                            self.scale, sliding_window=window, max_seq_len=metadata.max_seq_len,
+                                            k_scale=k_scale, v_scale=v_scale)
 
         def extend(qe: torch.Tensor, rows: Rows) -> torch.Tensor:
             return kernels.extend_attention(qe, k_cache, v_cache, table, rows.req_pool_indices, rows.prefix_lens,
                                             rows.extend_lens, rows.extend_start_loc, self.scale,
-                                            sliding_window=window, max_extend_len=rows.max_extend_len)
+                                            sliding_window=window, max_extend_len=rows.max_extend_len,
+                                            k_scale=k_scale, v_scale=v_scale)
 
         return attend_split(q, metadata, decode, extend)

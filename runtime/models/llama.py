@@ -95,7 +95,8 @@ class LlamaAttention(nn.Module):
         self.k_norm = p(c.head_dim) if c.qk_norm else None
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                cos_sin: torch.Tensor, attention: AttentionBackend[M], plan: M) -> torch.Tensor:
+                cos_sin: torch.Tensor, attention: AttentionBackend[M], plan: M,
+                kv_scales: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         t = x.shape[0]
         qkv = kernels.linear(x, self.qkv_proj, self.qkv_bias)
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
@@ -107,8 +108,11 @@ class LlamaAttention(nn.Module):
             k = kernels.rmsnorm(k, self.k_norm, self.eps)
         q, k = q.contiguous(), k.contiguous()
         kernels.apply_rotary(q, k, batch.positions, cos_sin, is_neox=True)
-        kernels.store_kv(k_cache, v_cache, batch.out_cache_loc, k, v)
-        o = attention.forward(q, k_cache, v_cache, self.layer, plan)
+        if kv_scales is None:
+            kernels.store_kv(k_cache, v_cache, batch.out_cache_loc, k, v)
+        else:  # an FP8 pool: codes x / scale
+            kernels.store_kv(k_cache, v_cache, batch.out_cache_loc, k, v, *kv_scales)
+        o = attention.forward(q, k_cache, v_cache, self.layer, plan, kv_scales)
         return kernels.linear(o.reshape(t, self.q_size), self.o_proj, self.o_bias)
 
 
@@ -140,14 +144,15 @@ class LlamaDecoderLayer(nn.Module):
 
     def forward(self, h: torch.Tensor, residual: torch.Tensor | None, batch: ForwardBatch, k_cache: torch.Tensor,
                 v_cache: torch.Tensor, cos_sin: torch.Tensor, attention: AttentionBackend[M],
-                plan: M) -> tuple[torch.Tensor, torch.Tensor]:
+                plan: M, kv_scales: tuple[torch.Tensor, torch.Tensor] | None = None,
+                ) -> tuple[torch.Tensor, torch.Tensor]:
         """(h, residual) -> (mlp output, residual stream before the MLP's add); residual None on layer 0."""
         if residual is None:
             residual = h
             x = kernels.rmsnorm(h, self.input_layernorm, self.eps)
         else:
             x, residual = kernels.fused_add_rmsnorm(h, residual, self.input_layernorm, self.eps)
-        h = self.self_attn(x, batch, k_cache, v_cache, cos_sin, attention, plan)
+        h = self.self_attn(x, batch, k_cache, v_cache, cos_sin, attention, plan, kv_scales)
         x, residual = kernels.fused_add_rmsnorm(h, residual, self.post_attention_layernorm, self.eps)
         return self.mlp(x), residual
 
@@ -193,7 +198,7 @@ class LlamaForCausalLM(nn.Module):
         residual: torch.Tensor | None = None
         for i, layer in enumerate(self.layers):
             h, residual = layer(h, residual, batch, kv_pool.k_buffers[i], kv_pool.v_buffers[i], self.cos_sin_cache,
-                                attention, plan)
+                                attention, plan, kv_pool.scales(i))
         assert residual is not None, "a model without layers"
         rows = batch.logits_indices if batch.logits_indices is not None else batch.last_token_indices()
         x, _ = kernels.fused_add_rmsnorm(h[rows], residual[rows], self.norm, self.config.rms_norm_eps)
