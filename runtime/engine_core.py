@@ -323,8 +323,12 @@ class EngineCore:
             sample_logits = logits  # the usual decode step: every logits row is sampled, in order
         else:
             sample_logits = logits.index_select(0, torch.from_numpy(sample_rows).to(logits.device))
+        # Greedy constrained requests of a verify step draw unmasked: where the grammar allows the argmax it is the
+        # masked argmax too, and only a refused row needs its mask (`_greedy_grammar_fixups`).
+        lazy = frozenset(r.rid for j, r in enumerate(reqs) if verify and counts[j] > 1 and r.matcher is not None
+                         and r.params.is_greedy and r.rid not in stale)
         t0 = time.perf_counter()
-        mask, mask_rows = self._grammar_masks(reqs, stale, counts if verify else None)
+        mask, mask_rows = self._grammar_masks(reqs, stale, counts if verify else None, lazy)
         t1 = time.perf_counter()
         self.counters.grammar_seconds += t1 - t0
         sb, counted = sampling if sampling is not None else self._sampling_batch(reqs)
@@ -341,6 +345,8 @@ class EngineCore:
                                      out.top_logprobs_ids])
         self._last_sampled = sampled = SampledStep(reqs, tuple(r.rid for r in reqs), counted, sb, out, host, ready,
                                                    stale, counts if verify else None)
+        if lazy:
+            sampled.lazy = (lazy, sample_logits, drawn)
         self.counters.sample_seconds += time.perf_counter() - t1
         return sampled
 
@@ -382,6 +388,10 @@ class EngineCore:
         counts = sampled.counts
         assert counts is not None, "a verify step records its rows per request"
         reqs = sampled.reqs
+        if sampled.lazy is not None:
+            g0 = time.perf_counter()
+            self._greedy_grammar_fixups(sampled, tokens, logprobs)
+            self.counters.grammar_seconds += time.perf_counter() - g0
         drafts = np.concatenate([r.draft_ids[: c - 1] for r, c in zip(reqs, counts.tolist())])
         kept = accepted_lengths(np.asarray(tokens, dtype=np.int64), drafts, counts).tolist()
         starts = (np.cumsum(counts) - counts).tolist()
@@ -415,6 +425,51 @@ class EngineCore:
         c_.spec_accepted_tokens += accepted
         assert self.spec_policy is not None, "only a speculating engine verifies drafts"
         self.spec_policy.observe(drafted, accepted)
+
+    def _greedy_grammar_fixups(self, sampled: SampledStep, tokens: list[int], logprobs: list[float] | None) -> None:
+        """The unmasked greedy rows of a verify step (in place in `tokens` / `logprobs`): walking each request's
+        rows with its grammar advanced through the drafts before them, a token the grammar refuses is replaced by
+        the masked argmax of its row (one mask, one single-row sample), and the walk stops at the first row whose
+        token is not the next draft: later rows are not kept anyway."""
+        assert sampled.lazy is not None and sampled.counts is not None, "called for a verify step with lazy rows"
+        lazy, logits, drawn = sampled.lazy
+        starts = (np.cumsum(sampled.counts) - sampled.counts).tolist()
+        for req, c, s0 in zip(sampled.reqs, sampled.counts.tolist(), starts):
+            matcher = req.matcher
+            if req.rid not in lazy or matcher is None or req.state is not ReqState.RUNNING:
+                continue
+            advanced = 0
+            try:
+                for i in range(c):
+                    if matcher.is_terminated():
+                        break
+                    t = tokens[s0 + i]
+                    if matcher.advance(t):
+                        matcher.rollback(1)
+                    else:
+                        t, lp = self._masked_row(matcher, logits, drawn, s0 + i)
+                        tokens[s0 + i] = t
+                        if logprobs is not None and lp is not None:
+                            logprobs[s0 + i] = lp
+                    if i == c - 1 or t != int(req.draft_ids[i]) or not matcher.advance(t):
+                        break
+                    advanced += 1
+            except Exception as exc:  # the request ends when its tokens are taken; its batch goes on
+                log.exception("grammar of request %s failed", req.rid)
+                self._grammar_failures[req.rid] = f"constraint failed: {type(exc).__name__}: {exc}"
+            finally:
+                if advanced:
+                    matcher.rollback(advanced)
+
+    def _masked_row(self, matcher: GrammarMatcher, logits: torch.Tensor, drawn: SamplingBatch,
+                    row: int) -> tuple[int, float | None]:
+        """The sampler's choice for one row of a step under `matcher`'s mask, and its logprob."""
+        mask = self._masks.rows(1)
+        matcher.fill_mask(mask[0])
+        masks, mask_rows = self._masks.upload([0])
+        out = self.sampler.sample(drawn.filter([row]), logits[row : row + 1], masks, mask_rows)
+        lp = float(out.next_token_logprobs[0]) if out.next_token_logprobs is not None else None
+        return int(out.next_token_ids[0]), lp
 
     def _drafts_likely(self, candidates: list[Req], in_flight: set[str], k: int) -> bool:
         """Whether delivering the in-flight step for drafts may pay: n-gram lookups from the tokens without the
@@ -509,11 +564,11 @@ class EngineCore:
         return sb, [n + 1 for n in lens]
 
     def _grammar_masks(self, reqs: list[Req], stale: frozenset[str], counts: np.ndarray | None = None,
-                       ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+                       lazy: frozenset[str] = frozenset()) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """The packed masks of the constrained rows of `reqs`, on the device, and the logits row of each.
         `counts`: rows per request of a verify step (its drafts' positions masked as the grammar stands after
         the drafts before them)."""
-        matchers = [(j, r.matcher) for j, r in enumerate(reqs) if r.matcher is not None]
+        matchers = [(j, r.matcher) for j, r in enumerate(reqs) if r.matcher is not None and r.rid not in lazy]
         if not matchers:
             return None, None
         assert self.vocab is not None, "a request with a grammar was compiled against the engine's vocabulary"

@@ -26,6 +26,9 @@ class SampledStep:
     ready: torch.cuda.Event | None  # None: host copies are complete (CPU device)
     stale: frozenset[str] = frozenset()  # requests whose sample here is dropped (their tokens changed meanwhile)
     counts: np.ndarray | None = None  # a verify step: rows sampled per request (1 + its drafts); None: one each
+    # a verify step's greedy constrained requests drawn without masks, with the logits and rows they were drawn
+    # from (the engine masks a row only where the grammar refuses its token)
+    lazy: tuple[frozenset[str], torch.Tensor, SamplingBatch] | None = None
 
 
 def copy_to_host(tensors: list[torch.Tensor | None]) -> tuple[list[torch.Tensor | None], torch.cuda.Event | None]:

@@ -189,15 +189,21 @@ def test_grammar_drafts_equal_constrained_decoding_token_for_token(default_model
     prompts = [f"Extract: {who} is {age} and lives in {city}.\nJSON:"
                for who, age, city in (("John", 31, "Paris"), ("Ada", 36, "Oslo"), ("Li", 7, "Rome"))]
     params = [{"temperature": 0, "max_new_tokens": 60, "json_schema": json.dumps(SCHEMA)}] * 3
-    params += [{"temperature": 0, "max_new_tokens": 20, "regex": r"(yes|no), because [a-z ]{1,30}\."}]
-    prompts += ["Is the sky blue? Answer:"]
-    want = plain.generate(prompts, params)
+    params += [{"temperature": 0, "max_new_tokens": 20, "regex": r"(yes|no), because [a-z ]{1,30}\."},
+               # text the model would not write: most unmasked greedy choices are refused and masked again
+               {"temperature": 0, "max_new_tokens": 24, "regex": r"ID [A-Z]{3}-[0-9]{4}; ID [A-Z]{3}-[0-9]{4}"}]
+    prompts += ["Is the sky blue? Answer:", "Once upon a time"]
+    want = plain.generate(prompts, params, return_logprob=True)
     for algorithm in ("grammar", "ngram"):
         with Engine(str(default_model_path), chunked_prefill_size=16, max_prefill_tokens=64,
                     speculative_algorithm=algorithm) as eng:
-            got = eng.generate(prompts, params)
+            got = eng.generate(prompts, params, return_logprob=True)
             stats = eng.get_stats()
             assert _ids(got) == _ids(want), algorithm
+            for g, w in zip(got, want):  # the target's logprobs, whether a row was masked up front or after
+                lp_g = [lp for lp, _ in g["meta_info"]["output_token_logprobs"]]
+                lp_w = [lp for lp, _ in w["meta_info"]["output_token_logprobs"]]
+                assert np.allclose(lp_g, lp_w, atol=1e-3), algorithm
             assert stats["spec_accepted_tokens"] > 0
             assert stats["jump_forward_tokens"] == 0  # one way to append tokens in bulk: verified drafts
             for out in got[:3]:
