@@ -45,11 +45,14 @@ def gen(
     tool_choice: str | Mapping[str, Any] = "auto",
     tool_format: str = "hermes",
     parallel_tool_calls: bool = True,
+    best_of: int | None = None,
 ) -> Expr:
     """Generate a span named `name`. With `choices` it is a `select`; at most one of regex / json_schema /
     grammar / dtype constrains the output. `n > 1` samples n answers after the same text: the variable holds
-    the list, the text continues with the first. `logprob_start_len` and `return_text_in_logprobs` are accepted so
-    that SGLang programs run unchanged; a gen's logprobs always start at its first generated token.
+    the list, the text continues with the first; `best_of > n` samples best_of answers and keeps the n of
+    highest cumulative logprob, best first (vLLM's `best_of`). `logprob_start_len` and `return_text_in_logprobs`
+    are accepted so that SGLang programs run unchanged; a gen's logprobs always start at its first generated
+    token.
 
     With `tools` (FunctionSpecs or OpenAI tool dicts) the output is constrained to calls of them in
     `tool_format` once it opens a call (`tool_choice` "auto"), or at once ("required", or a function's name);
@@ -58,6 +61,8 @@ def gen(
         return select(name, choices, temperature or 0.0, choices_method or "token_length_normalized")
     if n is not None and (not isinstance(n, int) or n < 1):
         raise ValueError(f"gen(n=...) must be a positive int, got {n!r}")
+    if best_of is not None and (not isinstance(best_of, int) or best_of < (n or 1)):
+        raise ValueError(f"gen(best_of=...) must be an int >= n ({n or 1}), got {best_of!r}")
     if isinstance(dtype, str):
         if dtype not in DTYPE_NAMES:
             raise TypeError(f"dtype must be one of {sorted(DTYPE_NAMES)}; got {dtype!r}")
@@ -86,7 +91,7 @@ def gen(
         frequency_penalty=frequency_penalty, presence_penalty=presence_penalty, ignore_eos=ignore_eos,
         return_logprob=return_logprob, top_logprobs_num=top_logprobs_num, constraint=constraint,
     )
-    return Gen(name, spec, dtype, n or 1, gen_tools)
+    return Gen(name, spec, dtype, n or 1, gen_tools, best_of)
 
 
 def gen_int(name: str | None = None, **kwargs: Any) -> Expr:

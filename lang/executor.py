@@ -8,6 +8,7 @@ Reading a value (`s["x"]`, `s.text()`) waits for the queue to drain. A failure s
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import threading
 from collections import deque
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from radixgen.lang.backend import Backend, GenResult, ModelCallError, SelectResult
+from radixgen.lang.best_of import best_answers
 from radixgen.lang.chat_template import RoleTemplate
 from radixgen.lang.expr import (
     Expr,
@@ -182,7 +184,7 @@ class StreamExecutor:
     def _gen(self, item: Gen) -> None:
         spec = item.spec.with_defaults(self.defaults)
         prompt = self.text
-        if item.n > 1:
+        if item.num_samples > 1:
             self._gen_n(item, prompt, spec)
         elif self.stream:
             text, meta = "", {}
@@ -198,12 +200,22 @@ class StreamExecutor:
             self.record_gen(item, prompt, result.text, result.meta_info)
 
     def _gen_n(self, item: Gen, prompt: str, spec: GenSpec) -> None:
-        """`gen(n=k)`: k samples after the same prompt in one batched call; the text continues with the first."""
-        results = self.backend.generate_batch([prompt] * item.n, [spec] * item.n)
+        """`gen(n=k)`: k samples after the same prompt in one batched call; the text continues with the first.
+        With `best_of=b > k`: b samples (with logprobs), of which the k of highest cumulative logprob are kept."""
+        picks_best = item.num_samples > item.n
+        if picks_best:  # SamplingParams' rules for best_of (e.g. refused with greedy decoding)
+            dataclasses.replace(spec.to_sampling_params(), n=item.n, best_of=item.best_of)
+        sample_spec = dataclasses.replace(spec, return_logprob=True) if picks_best else spec
+        results = self.backend.generate_batch([prompt] * item.num_samples, [sample_spec] * item.num_samples)
         for result in results:
             if isinstance(result, Exception):
                 raise result
         answers = [r for r in results if isinstance(r, GenResult)]
+        if picks_best:
+            answers = best_answers(answers, item.n, keep_logprobs=bool(spec.return_logprob))
+        if item.n == 1:
+            self.record_gen(item, prompt, answers[0].text, answers[0].meta_info)
+            return
         self.record_gen(item, prompt, answers[0].text, answers[0].meta_info)
         if item.name is not None:
             self.set_var(item.name, [convert_dtype(r.text, item.dtype) for r in answers])

@@ -34,13 +34,19 @@ class Text(Expr):
 @dataclass(frozen=True, eq=False)
 class Gen(Expr):
     """Generate a span; `dtype` converts the text (int/float/bool/str) after decoding. With `n > 1` the model
-    samples `n` answers: the variable holds all of them, the text continues with the first."""
+    samples `n` answers: the variable holds all of them, the text continues with the first. With `best_of > n`
+    it samples `best_of` and keeps the `n` of highest cumulative logprob, best first."""
 
     name: str | None
     spec: GenSpec
     dtype: type | None = None
     n: int = 1
     tools: GenTools | None = None  # gen(tools=...): calls are read back into the meta info
+    best_of: int | None = None  # samples drawn, of which the n best are kept (None: n)
+
+    @property
+    def num_samples(self) -> int:
+        return self.n if self.best_of is None else self.best_of
 
 
 @dataclass(frozen=True, eq=False)

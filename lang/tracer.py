@@ -150,8 +150,8 @@ class TraceRecorder:
             label = item.name if item.stream == self.stream else f"{item.name} of s{item.stream}"
             self.add("var", label, item, deps, name=item.name, stream=item.stream)
         elif isinstance(item, Gen):
-            if item.n > 1:
-                raise DynamicControlFlow(f"gen {item.name!r} samples n={item.n} answers (run eagerly)")
+            if item.num_samples > 1:
+                raise DynamicControlFlow(f"gen {item.name!r} samples {item.num_samples} answers (run eagerly)")
             node = self.add("gen", _gen_label(item), item, name=item.name)
             if item.name:
                 self.var_nodes[item.name] = node.id

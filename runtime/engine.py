@@ -15,15 +15,17 @@ import logging
 import threading
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+from radixgen.runtime.best_of import SampleGroup, cumulative_logprob, ranked_meta, returned_samples, sample_groups
 from radixgen.runtime.cpu_threads import apply_cpu_threads
 from radixgen.runtime.engine_config import EngineConfig
 from radixgen.runtime.output_sink import AsyncSink, SyncSink
+from radixgen.runtime.outputs import MetaInfo
 from radixgen.runtime.request import Req
 from radixgen.runtime.sampling_params import SamplingParams
 from radixgen.runtime.tokenizer_fit import check_tokenizer_fits
@@ -69,6 +71,32 @@ def _on_own_thread(fn: Callable[[], None]) -> None:
     thread.join()
     if failure:
         raise failure[0]
+
+
+class Finished(NamedTuple):
+    """A request's whole output, as its last chunk left it."""
+
+    text: str
+    output_ids: list[int]
+    meta: MetaInfo
+
+
+def _returned(finished: Sequence[Finished], groups: Sequence[SampleGroup], keep_logprobs: bool) -> list[dict]:
+    """The caller's results: every sample, or of a best_of prompt its n best (reporting cumulative_logprob)."""
+    cumulative = [cumulative_logprob(f.meta.output_token_logprobs) for f in finished]
+    results = []
+    for i, ranked in returned_samples(groups, cumulative):
+        text, ids, meta = finished[i]
+        meta = ranked_meta(meta, keep_logprobs) if ranked else meta
+        results.append({"text": text, "output_ids": ids, "meta_info": meta.to_dict()})
+    return results
+
+
+def _check_streamable(reqs: Sequence[Req], groups: Sequence[SampleGroup]) -> None:
+    if any(g.picks_best for g in groups):
+        raise ValueError("stream=True needs best_of == n: the best samples are known only once all have finished")
+    if len(reqs) != 1:
+        raise ValueError("stream=True takes a single prompt with n=1")
 
 
 def _shutdown_at_exit(engine: weakref.ref[Engine]) -> None:
@@ -131,8 +159,9 @@ class Engine:
     def _prepare(self, prompt: Any, input_ids: Any,
                  sampling_params: SamplingParamsArg | list[SamplingParamsArg] | tuple[SamplingParamsArg, ...],
                  return_logprob: bool, top_logprobs_num: int, logprob_start_len: int | None, rid: Any,
-                 cache_namespace: Any = None) -> tuple[list[Req], bool]:
-        """Validate everything and build the Req objects (n per prompt). Raises ValueError on bad input."""
+                 cache_namespace: Any = None) -> tuple[list[Req], list[SampleGroup], bool]:
+        """Validate everything and build the Req objects (`num_samples` per prompt: n, or best_of), with each
+        prompt's group of them. Raises ValueError on bad input."""
         if (prompt is None) == (input_ids is None):
             raise ValueError("give exactly one of `prompt` (text) or `input_ids`")
         if prompt is not None:
@@ -169,11 +198,12 @@ class Engine:
             if logprob_start_len is not None and not 0 <= logprob_start_len <= len(arr):
                 raise ValueError(f"logprob_start_len must be in [0, {len(arr)}], got {logprob_start_len}")
             grammar = self._compile(params)
+            wants_logprob = return_logprob or params.picks_best  # best_of ranks samples by their logprobs
             for sub in params.expand_n():
-                req = self._make_req(arr, sub, grammar, return_logprob, top_logprobs_num, logprob_start_len, rid)
+                req = self._make_req(arr, sub, grammar, wants_logprob, top_logprobs_num, logprob_start_len, rid)
                 req.namespace = cache_namespace
                 reqs.append(req)
-        return reqs, batched or params_list[0].n > 1
+        return reqs, sample_groups(params_list), batched or params_list[0].n > 1
 
     def _compile(self, params: SamplingParams) -> CompiledGrammar | None:
         constraint = params.constraint
@@ -210,26 +240,26 @@ class Engine:
         `cache_namespace` (any hashable, e.g. a tenant's cache salt) keeps this request's cached prefixes apart
         from other namespaces'."""
         self._check_open()
-        reqs, batched = self._prepare(prompt, input_ids, sampling_params, return_logprob, top_logprobs_num,
-                                      logprob_start_len, rid, cache_namespace)
+        reqs, groups, batched = self._prepare(prompt, input_ids, sampling_params, return_logprob, top_logprobs_num,
+                                              logprob_start_len, rid, cache_namespace)
         if stream:
-            if len(reqs) != 1:
-                raise ValueError("stream=True takes a single prompt with n=1")
+            _check_streamable(reqs, groups)
             return self._stream_sync(reqs[0])
         sinks = [SyncSink() for _ in reqs]
         for req, sink in zip(reqs, sinks):
             req.sink = sink
             self.core.submit(req)
-        results = [self._collect_sync(req, sink) for req, sink in zip(reqs, sinks)]
+        finished = [self._collect_sync(req, sink) for req, sink in zip(reqs, sinks)]
+        results = _returned(finished, groups, bool(return_logprob) or logprob_start_len is not None)
         return results if batched else results[0]
 
-    def _collect_sync(self, req: Req, sink: SyncSink) -> dict:
+    def _collect_sync(self, req: Req, sink: SyncSink) -> Finished:
         text = []
         while True:
             chunk = sink.get()
             text.append(chunk.text)
             if chunk.meta is not None:
-                return {"text": "".join(text), "output_ids": list(req.output_ids), "meta_info": chunk.meta.to_dict()}
+                return Finished("".join(text), list(req.output_ids), chunk.meta)
 
     def _stream_sync(self, req: Req) -> Iterator[dict]:
         sink = SyncSink()
@@ -254,29 +284,28 @@ class Engine:
         """Awaitable generate; with stream=True returns an async iterator of chunks."""
         self._check_open()
         loop = asyncio.get_running_loop()
-        reqs, batched = await loop.run_in_executor(
+        reqs, groups, batched = await loop.run_in_executor(
             self._compile_pool, self._prepare, prompt, input_ids, sampling_params, return_logprob,
             top_logprobs_num, logprob_start_len, rid, cache_namespace)
         if stream:
-            if len(reqs) != 1:
-                raise ValueError("stream=True takes a single prompt with n=1")
+            _check_streamable(reqs, groups)
             return self._stream_async(reqs[0], loop)
         sinks = [AsyncSink(loop) for _ in reqs]
         for req, sink in zip(reqs, sinks):
             req.sink = sink
             self.core.submit(req)
-        results = await asyncio.gather(*(self._collect_async(r, sink) for r, sink in zip(reqs, sinks)))
-        return list(results) if batched else results[0]
+        finished = await asyncio.gather(*(self._collect_async(r, sink) for r, sink in zip(reqs, sinks)))
+        results = _returned(finished, groups, bool(return_logprob) or logprob_start_len is not None)
+        return results if batched else results[0]
 
-    async def _collect_async(self, req: Req, sink: AsyncSink) -> dict:
+    async def _collect_async(self, req: Req, sink: AsyncSink) -> Finished:
         text = []
         try:
             while True:
                 chunk = await sink.get()
                 text.append(chunk.text)
                 if chunk.meta is not None:
-                    return {"text": "".join(text), "output_ids": list(req.output_ids),
-                            "meta_info": chunk.meta.to_dict()}
+                    return Finished("".join(text), list(req.output_ids), chunk.meta)
         except asyncio.CancelledError:
             self.core.abort(req.rid)
             raise

@@ -69,6 +69,7 @@ class MetaInfo:
     output_token_logprobs: list[TokenLogprob] | None = None
     input_top_logprobs: list[TopLogprobs] | None = None
     output_top_logprobs: list[TopLogprobs] | None = None
+    cumulative_logprob: float | None = None  # best_of: the sum of the sample's output token logprobs
 
     def to_dict(self) -> dict[str, Any]:
         info: dict[str, Any] = {
@@ -90,6 +91,8 @@ class MetaInfo:
             info["constraint_relaxations"] = list(self.constraint_relaxations)
         if self.constraint_narrowings:
             info["constraint_narrowings"] = list(self.constraint_narrowings)
+        if self.cumulative_logprob is not None:
+            info["cumulative_logprob"] = self.cumulative_logprob
         for key in ("input_token_logprobs", "output_token_logprobs", "input_top_logprobs", "output_top_logprobs"):
             value = getattr(self, key)
             if value is not None:

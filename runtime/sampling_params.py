@@ -15,6 +15,7 @@ Semantics of the special values (kept from SGLang so user code ports unchanged):
     top_k <= 0            no top-k truncation (SGLang's default is -1; 0 is accepted as "off" too)
     top_p == 1, min_p == 0  no truncation
     max_new_tokens None   no limit other than the context length
+    best_of None          n samples, all returned (best_of > n: the n of highest cumulative logprob)
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ class SamplingParams:
     spaces_between_special_tokens: bool = True
     seed: int | None = None
     n: int = 1
+    # Samples generated per prompt, of which the n with the highest cumulative logprob are returned (None: n).
+    best_of: int | None = None
     logit_bias: dict[int, float] = field(default_factory=dict)  # accepts {int | "int": float} | None
     # The constraint fields, one per grammars.CONSTRAINT_KINDS (at most one is set).
     regex: str | None = None
@@ -126,11 +129,21 @@ class SamplingParams:
                 return json_schema_constraint(value) if kind == "json_schema" else Constraint(kind, value)
         return None
 
+    @property
+    def num_samples(self) -> int:
+        """Samples generated per prompt: `best_of`, or `n` without it."""
+        return self.n if self.best_of is None else self.best_of
+
+    @property
+    def picks_best(self) -> bool:
+        """Whether only the n best of more samples are returned (best_of > n)."""
+        return self.num_samples > self.n
+
     def expand_n(self) -> list[SamplingParams]:
-        """The `n` single-sample requests this one stands for: sample i keeps the options, with n=1 and, when
-        seeded, seed + i (so the n samples differ yet each stays reproducible)."""
-        return [dataclasses.replace(self, n=1, seed=None if self.seed is None else self.seed + i)
-                for i in range(self.n)]
+        """The `num_samples` single-sample requests this one stands for: sample i keeps the options, with n=1
+        and, when seeded, seed + i (so the samples differ yet each stays reproducible)."""
+        return [dataclasses.replace(self, n=1, best_of=None, seed=None if self.seed is None else self.seed + i)
+                for i in range(self.num_samples)]
 
     @property
     def max_stop_len(self) -> int:
@@ -170,6 +183,8 @@ class SamplingParams:
         if self.seed is not None:
             _check_int("seed", self.seed)
         _check_int("n", self.n, low=1)
+        if self.best_of is not None:
+            self._check_best_of(self.best_of)
         for name in CONSTRAINT_KINDS:
             value = getattr(self, name)
             if name != "json_schema" and value is not None and not isinstance(value, str):
@@ -180,6 +195,15 @@ class SamplingParams:
         if len(given) > 1:
             raise SamplingParamsError(f"{given[1]}: at most one constraint ({', '.join(CONSTRAINT_KINDS)}) per "
                                       f"request, got {given}")
+
+    def _check_best_of(self, best_of: int) -> None:
+        """vLLM's rules: best_of >= n, and 1 under greedy decoding (every sample would be the same)."""
+        _check_int("best_of", best_of, low=1)
+        if best_of < self.n:
+            raise SamplingParamsError(f"best_of must be >= n, got n={self.n} and best_of={best_of}")
+        if best_of > 1 and self.is_greedy:
+            raise SamplingParamsError(f"best_of must be 1 with greedy decoding (temperature 0 or top_k 1), got "
+                                      f"{best_of}: every sample would be the same")
 
 
 FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(SamplingParams))

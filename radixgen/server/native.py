@@ -19,8 +19,10 @@ from typing import Any
 from aiohttp import web
 
 import radixgen
+from radixgen.runtime.best_of import sample_groups
 from radixgen.runtime.sampling_params import SamplingParams, SamplingParamsError
 from radixgen.server import sse
+from radixgen.server.best_of import returned_outputs
 from radixgen.server.errors import ApiError, bad_request, from_engine_error, json_response
 from radixgen.server.fields import Fields, is_int, parse_json_object, token_id_list
 from radixgen.server.generation import (
@@ -100,22 +102,30 @@ async def generate(request: web.Request) -> web.StreamResponse:
     else:
         params_list = [raw_params] * len(prompts)
     subs: list[SubRequest] = []
+    parsed: list[SamplingParams] = []
     for i, (ids, raw) in enumerate(zip(prompts, params_list)):
         path = f"sampling_params[{i}]" if isinstance(raw_params, list) else "sampling_params"
         params = check_sampling_params(raw, path)
-        check_fanout(len(prompts), params.n, f"{path}.n")
+        parsed.append(params)
+        check_fanout(len(prompts), params.num_samples, f"{path}.{'n' if params.best_of is None else 'best_of'}")
         explicit_max = raw.get("max_new_tokens") if isinstance(raw, dict) else None
         state.check_fits(ids, explicit_max, f"{prompt_field}[{i}]" if batched else prompt_field,
                          f"{path}.max_new_tokens")
         subs.extend(sample_requests(ids, params, i))
     start = f.integer("logprob_start_len", None, low=-1)
+    asked_logprob = f.boolean("return_logprob")
+    picks_best = any(p.picks_best for p in parsed)  # best_of ranks samples by their logprobs
     logprobs = LogprobOptions(
-        return_logprob=f.boolean("return_logprob"),
+        return_logprob=asked_logprob or picks_best,
         top_logprobs_num=f.integer("top_logprobs_num", 0, low=0, high=MAX_TOP_LOGPROBS),
         logprob_start_len=None if start in (None, -1) else start,
     )
+    keep_logprobs = asked_logprob or logprobs.logprob_start_len is not None
     rid = f.string("rid", nonempty=True)
     stream = f.boolean("stream")
+    if stream and picks_best:
+        raise bad_request("sampling_params.best_of", "must equal n with stream: true (the best samples are known "
+                                                     "only once all have finished)")
     delta = f.boolean("stream_delta")
     with_text = f.boolean("return_text_in_logprobs")
     gen = Generation(state.engine, state.metrics, subs, logprobs, rid=rid, param_prefix="sampling_params")
@@ -123,7 +133,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
         async with gen:
             if stream:
                 return await _stream(request, state, gen, tag_index=len(subs) > 1, delta=delta, with_text=with_text)
-            outputs = await gen.collect()
+            outputs = [out for _, out in returned_outputs(await gen.collect(), sample_groups(parsed), keep_logprobs)]
     metas = [o.meta_info for o in outputs]
     if with_text:
         metas = [await _with_token_text(state, m) for m in metas]

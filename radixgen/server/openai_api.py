@@ -1,18 +1,21 @@
 """The OpenAI-compatible routes: /v1/models (and /v1/models/{id}), /v1/completions, /v1/chat/completions (whole
 or streamed; a chat choice's text is read back as reasoning, content and tool calls by chat_output.py).
 
-Choice i of prompt p is sub-request p * n + i. Logprobs are taken from the engine's meta_info, which arrives
-with a sub-request's last chunk, so a stream carries each choice's logprobs on its final chunk.
+Choice i of prompt p is sub-request p * n + i (with best_of > n: the i-th best of prompt p's best_of samples).
+Logprobs are taken from the engine's meta_info, which arrives with a sub-request's last chunk, so a stream
+carries each choice's logprobs on its final chunk.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
 from aiohttp import web
 
 from radixgen.server import sse
+from radixgen.server.best_of import returned_outputs
 from radixgen.server.chat_output import ChoiceStream, assistant_message, finish_with_calls
 from radixgen.server.errors import ApiError, json_response
 from radixgen.server.fields import parse_json_object
@@ -139,6 +142,10 @@ async def _run(request: web.Request, state: ServerState, req: OpenAIRequest, cha
             if req.stream:
                 return await _stream(request, state, req, gen, chat, created)
             outputs = await gen.collect()
+    if req.best_of is not None:  # the choices are the n best of each prompt's samples
+        returned = returned_outputs(outputs, req.best_of, keep_logprobs=req.want_logprobs)
+        req = dataclasses.replace(req, subs=[req.subs[i] for i, _ in returned])
+        outputs = [out for _, out in returned]
     shape = _chat_choice if chat else _completion_choice
     return json_response({
         "id": req.rid, "object": "chat.completion" if chat else "text_completion", "created": created,

@@ -21,6 +21,7 @@ from typing import Any
 from radixgen.grammars.constraint import CONSTRAINT_KINDS
 from radixgen.grammars.errors import GrammarError
 from radixgen.grammars.structural_tag import structural_tag_ebnf, structural_tag_from_dict
+from radixgen.runtime.best_of import SampleGroup, sample_groups
 from radixgen.runtime.sampling_params import OPENAI_NAMES, SamplingParams, SamplingParamsError
 from radixgen.server.chat_messages import chat_messages, written_in
 from radixgen.server.errors import ApiError, bad_request, from_engine_error
@@ -54,7 +55,7 @@ class OpenAIRequest:
     rid: str
     prompts: list[list[int]]  # token ids per prompt
     prompt_texts: list[str]  # for echo
-    subs: list[SubRequest]  # n per prompt, in order: choice index = position
+    subs: list[SubRequest]  # num_samples per prompt, in order: choice index = position (of those returned)
     logprobs: LogprobOptions
     want_logprobs: bool
     top_logprobs: int
@@ -62,6 +63,7 @@ class OpenAIRequest:
     include_usage: bool
     echo: bool = False
     shape: ChatShape = dataclasses.field(default_factory=ChatShape)  # how a chat choice's text is read back
+    best_of: list[SampleGroup] | None = None  # with best_of > n: each prompt's sub-requests, of which n are returned
 
 
 # Reads one OpenAI body field as the value of its SamplingParams field: (fields, body name, the engine's default,
@@ -119,6 +121,7 @@ SAMPLING_READERS: dict[str, Reader] = {
     "presence_penalty": _number(-2.0, 2.0),
     "frequency_penalty": _number(-2.0, 2.0),
     "n": _integer(low=1, high=MAX_N),
+    "best_of": _integer(low=1, high=MAX_N),
     "seed": _integer(),
     "stop": _stop,
     "logit_bias": _logit_bias,
@@ -137,7 +140,7 @@ _DEFAULTS = SamplingParams()
 
 _COMMON = {"model", "max_tokens", "stream", "stream_options", "response_format", "logprobs", "user", "metadata",
            "store", "service_tier", "rid", *CONSTRAINT_KINDS, *(OPENAI_NAMES.get(k, k) for k in SAMPLING_READERS)}
-COMPLETION_FIELDS = frozenset(_COMMON | {"prompt", "echo", "best_of", "suffix"})
+COMPLETION_FIELDS = frozenset(_COMMON | {"prompt", "echo", "suffix"})
 CHAT_FIELDS = frozenset(_COMMON | {"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",
                                    "parallel_tool_calls", "chat_template_kwargs", "reasoning_effort",
                                    "separate_reasoning"})
@@ -221,8 +224,18 @@ def _common_checks(f: Fields) -> None:
 
 
 def _subs(prompts: list[list[int]], sp: SamplingParams) -> list[SubRequest]:
-    check_fanout(len(prompts), sp.n, "n")
+    check_fanout(len(prompts), sp.num_samples, "n" if sp.best_of is None else "best_of")
     return [sub for i, ids in enumerate(prompts) for sub in sample_requests(ids, sp, i)]
+
+
+def _best_of(prompts: list[list[int]], sp: SamplingParams, stream: bool) -> list[SampleGroup] | None:
+    """The sample groups to pick from when best_of > n (None: every sample is a choice); refused with stream."""
+    if not sp.picks_best:
+        return None
+    if stream:
+        raise bad_request("best_of", "must equal n with stream: true (the best samples are known only once all "
+                                     "have finished)")
+    return sample_groups([sp] * len(prompts))
 
 
 # ------------------------------------------------------------------------------------------------ completions
@@ -254,9 +267,6 @@ async def parse_completion(body: dict, state: ServerState) -> OpenAIRequest:
     echo = f.boolean("echo")
     logprobs_n = f.integer("logprobs", None, low=0, high=MAX_TOP_LOGPROBS)
     sp = sampling_params(f, state, max_tokens)
-    best_of = f.integer("best_of", None, low=1)
-    if best_of is not None and best_of != sp.n:
-        raise bad_request("best_of", "only best_of == n is supported")
     for ids in prompts:
         state.check_fits(ids, max_tokens, "prompt", "max_tokens")
     stream, include_usage = _stream_flags(f)
@@ -267,8 +277,9 @@ async def parse_completion(body: dict, state: ServerState) -> OpenAIRequest:
     return OpenAIRequest(
         rid=f.string("rid", nonempty=True) or f"cmpl-{uuid.uuid4().hex}", prompts=prompts, prompt_texts=texts or [],
         subs=_subs(prompts, sp),
-        logprobs=LogprobOptions(want, logprobs_n or 0, 0 if (want and echo) else None),
-        want_logprobs=want, top_logprobs=logprobs_n or 0, stream=stream, include_usage=include_usage, echo=echo)
+        logprobs=LogprobOptions(want or sp.picks_best, logprobs_n or 0, 0 if (want and echo) else None),
+        want_logprobs=want, top_logprobs=logprobs_n or 0, stream=stream, include_usage=include_usage, echo=echo,
+        best_of=_best_of(prompts, sp, stream))
 
 
 # ------------------------------------------------------------------------------------------------ chat
@@ -342,5 +353,5 @@ async def parse_chat(body: dict, state: ServerState) -> OpenAIRequest:
     stream, include_usage = _stream_flags(f)
     return OpenAIRequest(
         rid=f.string("rid", nonempty=True) or f"chatcmpl-{uuid.uuid4().hex}", prompts=[ids], prompt_texts=[],
-        subs=_subs([ids], sp), logprobs=LogprobOptions(want, top, None), want_logprobs=want, top_logprobs=top,
-        stream=stream, include_usage=include_usage, shape=shape)
+        subs=_subs([ids], sp), logprobs=LogprobOptions(want or sp.picks_best, top, None), want_logprobs=want,
+        top_logprobs=top, stream=stream, include_usage=include_usage, shape=shape, best_of=_best_of([ids], sp, stream))
