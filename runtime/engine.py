@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+from radixgen.grammars.reasoning import THINK_CLOSE
 from radixgen.runtime.best_of import SampleGroup, cumulative_logprob, ranked_meta, returned_samples, sample_groups
 from radixgen.runtime.cpu_threads import apply_cpu_threads
 from radixgen.runtime.engine_config import EngineConfig
@@ -224,6 +225,8 @@ class Engine:
         if grammar is not None:
             req.grammar = grammar
             req.matcher = grammar.matcher()
+        if params.thinking_budget is not None:
+            req.thinking_close_ids = self.tokenizer.encode(THINK_CLOSE, add_special_tokens=False)
         req.detok = self.tokenizer.incremental_detokenizer(skip_special_tokens=params.skip_special_tokens)
         req.stop_checker = StopChecker(params, eos_token_ids=self.tokenizer.eos_token_ids)
         return req

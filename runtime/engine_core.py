@@ -260,7 +260,9 @@ class EngineCore:
         self.counters.overlapped_steps += 1
         sb = prev.sb if everyone else prev.sb.filter(keep)
         sampling = (sb, [prev.counted[j] + 1 for j in keep])
-        if constrained:
+        # A thinking budget may force tokens at delivery, which makes this step's sample of that request stale.
+        forcing = any(it.req.thinking_close_ids is not None for it in batch.items)
+        if constrained or forcing:
             # The matchers must see the in-flight tokens before they fill this step's masks: deliver first (the
             # forward runs meanwhile), then sample. A request whose delivery jumped forward has a stale sample.
             stale = self._deliver(prev, batch)
@@ -646,7 +648,9 @@ class EngineCore:
                 req.output_top_logprobs.extend(tops[: len(tokens)] if tops is not None else [None] * len(tokens))
         token = tokens[-1]
         new_ids = list(tokens)
-        if matcher is not None and len(tokens) == 1 and self.spec_policy is None:
+        if req.thinking_close_ids is not None:
+            new_ids = self._close_thinking(req, new_ids)
+        if matcher is not None and new_ids == tokens and len(tokens) == 1 and self.spec_policy is None:
             t0 = time.perf_counter()
             new_ids = self._jump_forward(req, token, computed)
             if computed and new_ids[0] != token:
@@ -660,6 +664,43 @@ class EngineCore:
             self.counters.grammar_seconds += time.perf_counter() - t0
         self._append(req, new_ids)
         return new_ids != tokens
+
+    def _close_thinking(self, req: Req, new_ids: list[int]) -> list[int]:
+        """`new_ids` under a thinking budget: once the budget is spent with the section still open, the tokens up to
+        the budget and then `</think>` (forced, the grammar advanced through them; kept tokens past the budget,
+        a verify step's, are dropped with their KV). A closed section ends the watch."""
+        close = req.thinking_close_ids
+        budget = req.params.thinking_budget
+        assert close is not None and budget is not None, "called for a request with a thinking budget"
+        done = len(req.output_ids)
+        seq = req.output_ids[max(done - len(close) + 1, 0) :] + new_ids  # a close that ends in new_ids
+        if any(seq[i : i + len(close)] == close for i in range(len(seq) - len(close) + 1)):
+            req.thinking_close_ids = None  # the model closed it
+            return new_ids
+        if done + len(new_ids) < budget:
+            return new_ids
+        req.thinking_close_ids = None
+        kept = new_ids[: max(budget - done, 1) if done < budget else 1]
+        if len(kept) < len(new_ids):
+            if req.matcher is not None:
+                req.matcher.rollback(len(new_ids) - len(kept))
+            fill = req.fill_len + len(kept)  # positions the kept tokens reach; KV past them was for dropped ones
+            if req.kv_len > fill:
+                self.scheduler.rewind(req, fill)
+            if req.return_logprob:
+                del req.output_token_logprobs[len(req.output_token_logprobs) - (len(new_ids) - len(kept)) :]
+                if req.top_logprobs_num:
+                    del req.output_top_logprobs[len(req.output_top_logprobs) - (len(new_ids) - len(kept)) :]
+        room = max(req.output_budget(self.max_context) - len(kept), 0)
+        forced = close[:room]
+        if req.matcher is not None:
+            forced = forced[: self._advance_all(req.matcher, forced)]
+        if req.return_logprob:  # forced, not sampled: no logprob
+            req.output_token_logprobs.extend((None, t) for t in forced)
+            if req.top_logprobs_num:
+                req.output_top_logprobs.extend(None for _ in forced)
+        self.counters.jump_forward_tokens += len(forced)
+        return kept + forced
 
     def _jump_forward(self, req: Req, token: int, computed: bool = False) -> list[int]:
         """The tokens to append for the sampled `token`: itself plus the text the grammar forces after it, appended

@@ -69,6 +69,8 @@ class Req:
     grammar: CompiledGrammar | None = None
     matcher: GrammarMatcher | None = None
     decode_steps_saved: int = 0
+    # A thinking budget (params.thinking_budget): the tokens that close the section, until it is closed.
+    thinking_close_ids: list[int] | None = None
     # Speculative decoding: the drafts the next step verifies (set by the engine before scheduling), and totals.
     draft_ids: npt.NDArray[np.int64] = field(default_factory=lambda: _NO_DRAFTS)
     spec_verify_steps: int = 0

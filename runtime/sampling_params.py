@@ -65,6 +65,9 @@ class SamplingParams:
     no_stop_trim: bool = False
     # Regexes (Python `regex` syntax) matched against the output text; accepts str | list[str] | None.
     stop_regex: tuple[str, ...] = ()
+    # Reasoning models: output tokens allowed before the thinking section closes (the output starts inside it, as
+    # the template or the model opens it); when spent, the engine appends `</think>` itself (None: no budget).
+    thinking_budget: int | None = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalise through object.__setattr__
@@ -153,6 +156,8 @@ class SamplingParams:
     # ---------------------------------------------------------------- checks
 
     def _check_values(self) -> None:
+        if self.thinking_budget is not None:
+            _check_int("thinking_budget", self.thinking_budget, low=0)
         if self.max_new_tokens is not None:
             _check_int("max_new_tokens", self.max_new_tokens, low=0)
         _check_int("min_new_tokens", self.min_new_tokens, low=0)

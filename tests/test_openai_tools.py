@@ -211,3 +211,18 @@ def test_reasoning_with_tools(thinking):
     if r.choices[0].finish_reason == "tool_calls":
         assert valid_calls(r.choices[0].message.tool_calls)
     assert "<tool_call>" not in (r.choices[0].message.content or "")
+
+
+def test_thinking_budget_closes_the_section_and_the_answer_follows(thinking, hermes):
+    schema = {"type": "object", "properties": {"answer": {"type": "integer", "maximum": 99}}, "required": ["answer"],
+              "additionalProperties": False}
+    fmt = {"type": "json_schema", "json_schema": {"name": "a", "schema": schema}}
+    ask = [{"role": "user", "content": "What is 2 + 3? Think first."}]
+    for seed in (4, 5):
+        r = thinking.chat.completions.create(model="m", messages=ask, response_format=fmt, max_tokens=60,
+                                             temperature=1.0, seed=seed, extra_body={"thinking_budget": 10})
+        message = r.choices[0].message
+        assert r.choices[0].finish_reason == "stop"  # the budget left the answer room to finish
+        jsonschema.validate(json.loads(message.content), schema)
+    with pytest.raises(openai.BadRequestError, match="thinking_budget"):
+        hermes.chat.completions.create(model="m", messages=ask, max_tokens=4, extra_body={"thinking_budget": 10})

@@ -122,6 +122,7 @@ SAMPLING_READERS: dict[str, Reader] = {
     "frequency_penalty": _number(-2.0, 2.0),
     "n": _integer(low=1, high=MAX_N),
     "best_of": _integer(low=1, high=MAX_N),
+    "thinking_budget": _integer(low=0),
     "seed": _integer(),
     "stop": _stop,
     "logit_bias": _logit_bias,
@@ -317,6 +318,10 @@ def _chat_constraint(sp: SamplingParams, tools: ToolRequest | None, state: Serve
     reasoning = is_reasoning_template(template)
     opened = reasoning and thinking_opened(prompt)
     thinks = reasoning and not thinking_closed(prompt)
+    if sp.thinking_budget is not None and not reasoning:
+        raise bad_request("thinking_budget", "needs a reasoning chat template (one with a </think> section)")
+    if not thinks:
+        sp = dataclasses.replace(sp, thinking_budget=None)  # the prompt closed the section: nothing to cap
     calling = tools is not None and tools.choice.mode != "none"
     given = sp.constraint
     if not calling and not (thinks and given is not None):
