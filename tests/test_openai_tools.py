@@ -226,3 +226,25 @@ def test_thinking_budget_closes_the_section_and_the_answer_follows(thinking, her
         jsonschema.validate(json.loads(message.content), schema)
     with pytest.raises(openai.BadRequestError, match="thinking_budget"):
         hermes.chat.completions.create(model="m", messages=ask, max_tokens=4, extra_body={"thinking_budget": 10})
+
+
+def test_the_client_librarys_pydantic_tools_parse_end_to_end(hermes):
+    """The openai library's own typed tools (`pydantic_function_tool`, strict schemas) through `parse` and the
+    stream helper: the arguments come back as the pydantic model. (`instructor` cannot be installed beside this
+    openai: instructor 1.17 pins jiter < 0.15, openai 3.57 needs jiter >= 0.16.)"""
+    from typing import Literal
+
+    from pydantic import BaseModel
+
+    class GetWeather(BaseModel):
+        city: str
+        unit: Literal["celsius", "fahrenheit"]
+
+    tool = openai.pydantic_function_tool(GetWeather)
+    ask = [{"role": "user", "content": "What's the weather in Paris, in celsius?"}]
+    parse = getattr(hermes.chat.completions, "parse", None) or hermes.beta.chat.completions.parse
+    r = parse(model="m", messages=ask, tools=[tool], tool_choice="required", max_tokens=80, **GREEDY)
+    parsed = r.choices[0].message.tool_calls[0].function.parsed_arguments
+    assert isinstance(parsed, GetWeather)
+    final, _ = streamed(hermes, messages=ask, tools=[tool], tool_choice="required", max_tokens=80, **GREEDY)
+    assert final.choices[0].message.tool_calls[0].function.parsed_arguments == parsed
