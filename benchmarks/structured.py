@@ -39,6 +39,8 @@ sys.path.append(str(Path(__file__).resolve().parent))  # throughput.py, when imp
 from throughput import LLAMA3_8B, QWEN3_TOKENIZER, SMALL
 
 from radixgen.grammars.backend import GRAMMAR_BACKENDS, installed_grammar_backends
+from radixgen.grammars.tool_formats import FunctionSpec, ToolChoice, tool_call_ebnf
+from radixgen.grammars.tool_parsers import parse_tool_output
 from radixgen.runtime.engine import Engine
 
 SMOLLM2_TOKENIZER = QWEN3_TOKENIZER.parent.parent / "smollm2-135m-instruct.tokenizer.gguf"
@@ -95,10 +97,37 @@ class ConstraintKind:
     """One constraint of the benchmark: its sampling_params key and source, what the prompt asks for, and the
     check every output must pass."""
 
-    name: str  # json_schema | regex | ebnf
+    name: str  # json_schema | regex | ebnf | tool_call
     source: str
     instruction: str
     is_valid: Callable[[str], bool]
+    key: str | None = None  # the sampling_params key, when not `name` (tool_call: its grammar, as ebnf)
+
+    @property
+    def param(self) -> str:
+        return self.key or self.name
+
+
+TOOL = FunctionSpec("record_person", {
+    "type": "object", "additionalProperties": False, "required": ["name", "age", "city"],
+    "properties": {"name": {"type": "string", "maxLength": 20},
+                   "age": {"type": "integer", "minimum": 0, "maximum": 120},
+                   "city": {"type": "string", "maxLength": 20}}}, "Record one person.")
+TOOL_CALL_GBNF = tool_call_ebnf([TOOL], "hermes", ToolChoice("required"), parallel=False)
+
+
+def is_tool_call(text: str) -> bool:
+    """Whether `text` is exactly one hermes-format call of TOOL whose arguments fit its schema."""
+    calls = parse_tool_output(text, "hermes").complete_calls
+    if len(calls) != 1 or calls[0].name != TOOL.name:
+        return False
+    try:
+        args = json.loads(calls[0].arguments)
+    except ValueError:
+        return False
+    props = TOOL.parameters["properties"]
+    return isinstance(args, dict) and set(args) == set(props) and all(
+        _fits_property(args[k], spec) for k, spec in props.items())
 
 
 KINDS = {k.name: k for k in (
@@ -108,6 +137,8 @@ KINDS = {k.name: k for k in (
                    lambda text: re.fullmatch(RECORD_REGEX, text) is not None),
     ConstraintKind("ebnf", PEOPLE_GBNF, "List the person as 'Name (age, City)'.\nAnswer: ",
                    lambda text: re.fullmatch(PEOPLE_REGEX, text) is not None),
+    ConstraintKind("tool_call", TOOL_CALL_GBNF or "", "Call record_person with the person's name, age and city.\n",
+                   is_tool_call, key="ebnf"),
 )}
 
 NAMES = ["Alice", "Bob", "Chen", "Dmitri", "Elena", "Farah", "Gustavo", "Hiro"]
@@ -174,7 +205,7 @@ def measure(engine: Engine, head: Row, kind: ConstraintKind, max_new_tokens: int
     texts = prompts(head.batch, kind)
     engine.core.call(engine.core.grammar_us_per_request.clear)
     outs, constrained_s, constrained = timed_generate(
-        engine, texts, [{"temperature": 0.0, "max_new_tokens": max_new_tokens, kind.name: kind.source}] * len(texts))
+        engine, texts, [{"temperature": 0.0, "max_new_tokens": max_new_tokens, kind.param: kind.source}] * len(texts))
     stats = engine.get_stats()
     lengths = [len(o["output_ids"]) for o in outs]
     invalid = sum(o["meta_info"]["finish_reason"]["type"] == "abort" or not kind.is_valid(o["text"]) for o in outs)
@@ -196,7 +227,7 @@ def warm_up(engine: Engine, batches: list[int], kinds: list[ConstraintKind], max
     for kind in kinds:
         with contextlib.suppress(Exception):  # measure() reports a failure on the kind's rows
             engine.generate(prompts(2, kind, seed=1000),
-                            {"temperature": 0.0, "max_new_tokens": max_new_tokens, kind.name: kind.source})
+                            {"temperature": 0.0, "max_new_tokens": max_new_tokens, kind.param: kind.source})
 
 
 def run_engine(options: dict, heads: list[Row], kinds: list[ConstraintKind], max_new_tokens: int) -> list[Row]:

@@ -38,6 +38,11 @@ CHECKS = [
     ("ebnf", "Ann (30, Oslo); Bob (4, Lima)", True),
     ("ebnf", "Ann (30, Oslo); Bob (4, Lima); Cy (5, Pune); Di (6, Rome)", False),
     ("ebnf", "Ann (30, Oslo);", False),
+    ("tool_call", '<tool_call>\n{"name": "record_person", "arguments": {"name": "Ann", "age": 30, "city": "Oslo"}}'
+                  '\n</tool_call>', True),
+    ("tool_call", '<tool_call>\n{"name": "record_person", "arguments": {"name": "Ann", "age": 300, "city": "Oslo"}}'
+                  '\n</tool_call>', False),
+    ("tool_call", '<tool_call>\n{"name": "other", "arguments": {}}\n</tool_call>', False),
 ]
 
 
