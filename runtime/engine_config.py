@@ -52,7 +52,7 @@ class EngineConfig:
     speculative_num_draft_tokens: int = 4
     speculative_ngram_min: int = 1
     speculative_ngram_max: int = 4
-    speculative_max_batch: int = 32
+    speculative_max_batch: int = 16
     draft_model_path: str | None = None
     log_level: str = "warning"
 

@@ -124,7 +124,7 @@ def plain(default_model_path):
 @pytest.fixture(scope="module")
 def ngram(default_model_path):
     eng = Engine(str(default_model_path), chunked_prefill_size=16, max_prefill_tokens=64,
-                 speculative_algorithm="ngram", speculative_num_draft_tokens=4)
+                 speculative_algorithm="ngram", speculative_num_draft_tokens=4, speculative_max_batch=32)
     yield eng
     eng.shutdown()
 
