@@ -88,6 +88,9 @@ class ModelRunner:
         num_slots = kv_pool_num_slots(self.model_config, cache_dtype, self.device, config.max_total_tokens,
                                       config.mem_fraction)
         self.kv_pool = KVPool.for_model(self.model_config, num_slots, cache_dtype, self.device)
+        scales = self.model.checkpoint_kv_scales
+        if self.kv_pool.k_scales is not None and scales is not None:
+            self.kv_pool.set_scales(*scales)  # the checkpoint's calibrated scales (else 1.0)
         self.slot_allocator = SlotAllocator(num_slots)
         self.req_to_token_pool = ReqToTokenPool(config.max_running_requests, self.context_length, self.device)
         logger.info("model %s on %s/%s; KV pool %d tokens (%.2f GiB)", self.model_path, self.device, self.dtype,

@@ -222,6 +222,35 @@ def test_engine_generates_with_fp8_cache() -> None:
         assert engine.runner.kv_pool.dtype == FP8
 
 
+def test_checkpoint_kv_scales_reach_the_fp8_pool(tmp_path: Path) -> None:
+    """An FP8 checkpoint's `model.layers.N.self_attn.k_scale` / `v_scale` (vLLM's names, dequantized K = code *
+    k_scale) become the pool's scales; without the FP8 cache they are ignored, and a checkpoint lacking some layer's
+    scales leaves the defaults (1.0)."""
+    from model_fixtures import write_tiny_checkpoint
+    from safetensors.torch import load_file, save_file
+
+    folder = write_tiny_checkpoint(tmp_path / "m", "llama")
+    (weights,) = folder.glob("*.safetensors")
+    tensors = load_file(weights)
+    layers = TINY_CONFIGS["llama"]["num_hidden_layers"]
+    for i in range(layers):
+        tensors[f"model.layers.{i}.self_attn.k_scale"] = torch.tensor(0.5 + i)
+        tensors[f"model.layers.{i}.self_attn.v_scale"] = torch.tensor(0.25 * (i + 1))
+    save_file(tensors, weights)
+    options = {"device": "cpu", "tokenizer_path": str(TOKENIZER), "max_total_tokens": 64, "context_length": 64}
+    runner = ModelRunner(EngineConfig.from_options(str(folder), kv_cache_dtype="fp8_e4m3", **options))
+    pool = runner.kv_pool
+    assert pool.k_scales is not None and pool.v_scales is not None
+    assert pool.k_scales[:, 0].tolist() == [0.5 + i for i in range(layers)]
+    assert pool.v_scales[:, 0].tolist() == [0.25 * (i + 1) for i in range(layers)]
+    assert bool((pool.k_scales == pool.k_scales[:, :1]).all())  # per tensor: every head of a layer alike
+    assert ModelRunner(EngineConfig.from_options(str(folder), **options)).kv_pool.k_scales is None
+    del tensors["model.layers.0.self_attn.v_scale"]
+    save_file(tensors, weights)
+    partial = ModelRunner(EngineConfig.from_options(str(folder), kv_cache_dtype="fp8_e4m3", **options)).kv_pool
+    assert partial.k_scales is not None and bool((partial.k_scales == 1.0).all())
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", cases("real"), ids=lambda c: c.name)
 def test_triton_cuda_fp8_matches_reference(case: AttentionCase) -> None:

@@ -137,6 +137,7 @@ def load_model(path: str | Path | None, load_format: str = "auto", device: torch
                 else PackedLinearSink(model, str(target), plan.checkpoint, plan.dequantize))
         load_safetensors_weights(sink, safetensors_files(target), device)
         sink.finish()
+        model.checkpoint_kv_scales = sink.kv_scales()
     if plan.rtn is not None:
         quantize_linears(model, plan.rtn)
     model.eval()

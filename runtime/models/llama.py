@@ -177,6 +177,8 @@ class LlamaForCausalLM(nn.Module):
                         else _param(config.vocab_size, config.hidden_size, device=device, dtype=dtype))
         # cos/sin table for every position the model supports, fp32 (precision of long positions).
         self.register_buffer("cos_sin_cache", _rope_cache(config, device), persistent=False)
+        # An FP8 checkpoint's KV cache scales (K, V), as the loader found them; an FP8 KV pool takes them.
+        self.checkpoint_kv_scales: tuple[torch.Tensor, torch.Tensor] | None = None
 
     @property
     def device(self) -> torch.device:
