@@ -37,6 +37,7 @@ import torch
 
 sys.path.append(str(Path(__file__).resolve().parent))  # throughput.py, structured.py
 from structured import LLAMA3_8B_SHAPE, model_options
+from throughput import replay_ms
 
 from radixgen.runtime.engine import Engine
 
@@ -202,17 +203,11 @@ def _replay_ms(graphs, graph, bs: int, k: int, context: int, iters: int = 20) ->
     if len(graphs.verify_logits_rows) >= n:
         graphs.verify_logits_rows[:n].copy_(torch.arange(n, device=graphs.device))
     graphs.positions[:n].copy_(context - k + torch.arange(n, device=graphs.device) % k)
-    graph.replay()
-    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    begin.record()
-    for _ in range(iters):
-        graph.replay()
-    end.record()
-    torch.cuda.synchronize()
+    ms = replay_ms(graph, iters)
     for t in (graphs.seq_lens, graphs.prefix_lens, graphs.row_lens, graphs.row_starts, graphs.positions,
               graphs.verify_logits_rows):
         t.zero_()
-    return begin.elapsed_time(end) / iters
+    return ms
 
 
 def main(argv: list[str] | None = None) -> int:

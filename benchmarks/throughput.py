@@ -96,8 +96,14 @@ def graph_step_ms(graph_runner, batch: int, seq_len: int, iters: int = 20) -> fl
     slot; the rows are reset to padding afterwards. Step time minus this is the engine's per-step CPU cost.
     """
     bs = graph_runner.bucket(batch)
-    graph = graph_runner.graphs[bs]
     graph_runner.seq_lens[:bs].fill_(seq_len)
+    ms = replay_ms(graph_runner.graphs[bs], iters)
+    graph_runner.seq_lens[:bs].zero_()
+    return ms
+
+
+def replay_ms(graph, iters: int = 20) -> float:
+    """GPU ms of one replay of a captured graph (CUDA events around `iters` replays, after one warm replay)."""
     graph.replay()
     begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     begin.record()
@@ -105,7 +111,6 @@ def graph_step_ms(graph_runner, batch: int, seq_len: int, iters: int = 20) -> fl
         graph.replay()
     end.record()
     torch.cuda.synchronize()
-    graph_runner.seq_lens[:bs].zero_()
     return begin.elapsed_time(end) / iters
 
 

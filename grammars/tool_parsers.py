@@ -77,9 +77,10 @@ def parse_tool_output(text: str, fmt: ToolFormat, final: bool = True) -> ToolPar
     return ToolParse(text[:at], tuple(_json_calls(section, SPELLINGS[fmt].arguments_key or "")), True)
 
 
-def _value_end(text: str, start: int) -> int | None:
-    """The index just past the JSON object or array starting at `start`, or None while it is unfinished."""
-    depth, i, n = 0, start, len(text)
+def _closing(text: str, start: int, depth: int) -> int | None:
+    """The index of the bracket that brings `depth` open brackets (plus those met from `start`) back to none,
+    strings skipped whole; None while that has not happened."""
+    i, n = start, len(text)
     while i < n:
         ch = text[i]
         if ch == '"':
@@ -88,14 +89,20 @@ def _value_end(text: str, start: int) -> int | None:
                 return None
             i = match.end()
             continue
-        if ch in "{[":
+        if ch in "([{":
             depth += 1
-        elif ch in "}]":
+        elif ch in ")]}":
             depth -= 1
             if depth == 0:
-                return i + 1
+                return i
         i += 1
     return None
+
+
+def _value_end(text: str, start: int) -> int | None:
+    """The index just past the JSON object or array starting at `start`, or None while it is unfinished."""
+    close = _closing(text, start, 0)
+    return None if close is None else close + 1
 
 
 def _json_calls(section: str, key: str) -> list[CallProgress]:
@@ -145,23 +152,8 @@ def _python_calls(section: str) -> list[CallProgress]:
 
 def _call_end(text: str, start: int) -> int | None:
     """The index of the `)` closing a call whose arguments start at `start`, or None while it is open."""
-    depth, i, n = 0, start, len(text)
-    while i < n:
-        ch = text[i]
-        if ch == '"':
-            match = _JSON_STRING.match(text, i)
-            if match is None:
-                return None
-            i = match.end()
-            continue
-        if ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            if depth == 0:
-                return i if ch == ")" else None
-            depth -= 1
-        i += 1
-    return None
+    close = _closing(text, start, 1)
+    return close if close is not None and text[close] == ")" else None
 
 
 def python_arguments(source: str) -> dict[str, object]:
