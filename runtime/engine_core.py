@@ -648,9 +648,7 @@ class EngineCore:
                 req.output_top_logprobs.extend(tops[: len(tokens)] if tops is not None else [None] * len(tokens))
         token = tokens[-1]
         new_ids = list(tokens)
-        if req.thinking_close_ids is not None:
-            new_ids = self._close_thinking(req, new_ids)
-        if matcher is not None and new_ids == tokens and len(tokens) == 1 and self.spec_policy is None:
+        if matcher is not None and len(tokens) == 1 and self.spec_policy is None:
             t0 = time.perf_counter()
             new_ids = self._jump_forward(req, token, computed)
             if computed and new_ids[0] != token:
@@ -662,6 +660,8 @@ class EngineCore:
                 if req.top_logprobs_num:
                     req.output_top_logprobs.extend(None for _ in new_ids[1:])
             self.counters.grammar_seconds += time.perf_counter() - t0
+        if req.thinking_close_ids is not None:  # after jump-forward: forced text may close the section itself
+            new_ids = self._close_thinking(req, new_ids)
         self._append(req, new_ids)
         return new_ids != tokens
 
