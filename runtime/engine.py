@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import dataclasses
 import functools
 import itertools
 import logging
@@ -88,12 +89,21 @@ def _returned(finished: Sequence[Finished], groups: Sequence[SampleGroup], keep_
     results = []
     for i, ranked in returned_samples(groups, cumulative):
         text, ids, meta = finished[i]
+        if meta.finished_beams:  # a beam search: each returned beam is a result, best first
+            for beam in meta.finished_beams:
+                info = dataclasses.replace(meta, completion_tokens=len(beam.output_ids),
+                                           finish_reason=beam.finish_reason, beam_score=beam.score,
+                                           cumulative_logprob=beam.cumulative_logprob)
+                results.append({"text": beam.text, "output_ids": list(beam.output_ids), "meta_info": info.to_dict()})
+            continue
         meta = ranked_meta(meta, keep_logprobs) if ranked else meta
         results.append({"text": text, "output_ids": ids, "meta_info": meta.to_dict()})
     return results
 
 
 def _check_streamable(reqs: Sequence[Req], groups: Sequence[SampleGroup]) -> None:
+    if any(r.params.is_beam_search for r in reqs):
+        raise ValueError("stream=True is not supported with beam search: the best beams are known only at the end")
     if any(g.picks_best for g in groups):
         raise ValueError("stream=True needs best_of == n: the best samples are known only once all have finished")
     if len(reqs) != 1:
@@ -188,6 +198,9 @@ class Engine:
         reqs: list[Req] = []
         for ids, params in zip(id_lists, params_list):
             params.validate(vocab_size)
+            if params.num_beams > self.config.max_running_requests:
+                raise ValueError(f"num_beams ({params.num_beams}) exceeds max_running_requests "
+                                 f"({self.config.max_running_requests}): each beam runs as a request")
             arr = np.asarray(ids, dtype=np.int64)
             if arr.ndim != 1 or len(arr) == 0:
                 raise ValueError("a prompt must have at least one token")
@@ -204,7 +217,9 @@ class Engine:
                 req = self._make_req(arr, sub, grammar, wants_logprob, top_logprobs_num, logprob_start_len, rid)
                 req.namespace = cache_namespace
                 reqs.append(req)
-        return reqs, sample_groups(params_list), batched or params_list[0].n > 1
+        first = params_list[0]
+        several = first.beams_returned > 1 if first.is_beam_search else first.n > 1
+        return reqs, sample_groups(params_list), batched or several
 
     def _compile(self, params: SamplingParams) -> CompiledGrammar | None:
         constraint = params.constraint

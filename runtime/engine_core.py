@@ -19,6 +19,7 @@ import torch
 from radixgen.grammars import bitmask_words
 from radixgen.radix import PrefixCache
 from radixgen.runtime.batch_builder import LogitRows, build_forward_batch
+from radixgen.runtime.beam_steps import BeamSearches
 from radixgen.runtime.engine_config import EngineConfig
 from radixgen.runtime.engine_counters import EngineCounters, StepTimes
 from radixgen.runtime.forward_batch import host_to_device
@@ -26,6 +27,7 @@ from radixgen.runtime.logprobs import token_logprobs
 from radixgen.runtime.mask_staging import MaskStaging
 from radixgen.runtime.outputs import (
     AbortFinish,
+    BeamResult,
     FinishReason,
     LengthFinish,
     MetaInfo,
@@ -115,6 +117,8 @@ class EngineCore:
         self._masks = MaskStaging(mask_rows, self.bitmask_words, live_words, self.device)
         self._eos_set = frozenset(tokenizer.eos_token_ids)
         self._eos_ids = tuple(tokenizer.eos_token_ids)
+        self.beams = BeamSearches(self.scheduler, lambda reqs: self._grammar_masks(reqs, frozenset()), self._eos_set,
+                                  self.sampler.token_count, self.max_context)
         self._inflight: SampledStep | None = None  # sampled, launched, not yet delivered (overlapped loop)
         self._last_sampled: SampledStep | None = None  # its SamplingBatch is reused by a steady decode
         # the current step's start, output tokens so far, and (batch size, drafted) if it only decodes
@@ -312,6 +316,10 @@ class EngineCore:
                 self._finish(it.req, LengthFinish())
             else:
                 sel.append(i)
+        beams = [i for i in sel if batch.items[i].req.params.is_beam_search]
+        if beams:
+            self._beam_step([batch.items[i].req for i in beams], logits, rows.sample_row[beams])
+            sel = [i for i in sel if not batch.items[i].req.params.is_beam_search]
         if not sel:
             return None
         reqs = [batch.items[i].req for i in sel]
@@ -351,6 +359,42 @@ class EngineCore:
             sampled.lazy = (lazy, sample_logits, drawn)
         self.counters.sample_seconds += time.perf_counter() - t1
         return sampled
+
+    def _beam_step(self, reqs: list[Req], logits: torch.Tensor, sample_rows: np.ndarray) -> None:
+        """Advance the beam searches of this step's beams (synchronously: their next step depends on the choice)."""
+        t0 = time.perf_counter()
+        try:
+            ended = self.beams.step(reqs, logits, sample_rows)
+        except Exception as exc:  # one failing search never takes its batch down
+            log.exception("beam search step failed")
+            roots = {r.beam_group or r.rid for r in reqs}
+            for rid in roots:
+                if rid in self.reqs:
+                    self._finish(self.reqs[rid], AbortFinish(f"{type(exc).__name__}: {exc}"))
+            return
+        finally:
+            self.counters.sample_seconds += time.perf_counter() - t0
+        failed = {r.beam_group for r in reqs if r.rid in self._grammar_failures}
+        for group in failed:
+            if group is not None and group in self.reqs:
+                self._finish(self.reqs[group], AbortFinish("constraint failed in a beam"))
+        self.counters.generated_tokens += len(reqs)
+        for search in ended:
+            root = search.root
+            results = tuple(self._beam_result(root, h.output_ids, h.score, h.cumulative_logprob)
+                            for h in search.results)
+            root.beam_results = results
+            best = results[0]
+            root.output_ids = list(best.output_ids)
+            root.emitted_text, root.text_pos, root.text_done = best.text, len(best.output_ids), True
+            self._finish(root, best.finish_reason)
+
+    def _beam_result(self, req: Req, ids: tuple[int, ...], score: float, cumulative: float) -> BeamResult:
+        eos = self.beams.eos_of(req)
+        ended = bool(ids) and ids[-1] in eos
+        text = self.tokenizer.decode(list(ids[:-1] if ended and not req.params.no_stop_trim else ids),
+                                     skip_special_tokens=req.params.skip_special_tokens)
+        return BeamResult(text, ids, score, cumulative, StopFinish(ids[-1]) if ended else LengthFinish())
 
     def _deliver(self, sampled: SampledStep, successor: ScheduleBatch | None = None) -> frozenset[str]:
         """Hand a step's sampled tokens to their requests (waiting for the host copy if it is still in flight).
@@ -829,6 +873,13 @@ class EngineCore:
     def _finish(self, req: Req, reason: FinishReason, delta_text: str = "", delta_ids: list[int] | None = None) -> None:
         if req.state is ReqState.FINISHED:
             return
+        if req.beam_group is not None and req.beam_group != req.rid:  # one beam: its whole search ends
+            self.scheduler.finish(req)
+            root = self.reqs.get(req.beam_group)
+            if root is not None:
+                self._finish(root, reason)
+            return
+        self.beams.end(req)
         if not req.text_done:
             delta_text += self._text_so_far(req, finished=True)
         if req.state is ReqState.RUNNING and req.kv_len > req.fill_len:
@@ -875,11 +926,16 @@ class EngineCore:
             output_token_logprobs=req.output_token_logprobs if logprobs else None,
             input_top_logprobs=req.input_top_logprobs if tops else None,
             output_top_logprobs=req.output_top_logprobs if tops else None,
+            cumulative_logprob=req.beam_results[0].cumulative_logprob if req.beam_results else None,
+            beam_score=req.beam_results[0].score if req.beam_results else None,
+            finished_beams=req.beam_results,
         )
 
     def _fail_running(self, message: str) -> None:
         self._inflight = None
         for req in list(self.scheduler.running):
+            self._finish(req, AbortFinish(message))
+        for req in [r for r in self.reqs.values() if r.state is ReqState.BEAMS]:
             self._finish(req, AbortFinish(message))
 
     # ------------------------------------------------------------ inspection
@@ -916,4 +972,5 @@ def _may_speculate(req: Req) -> bool:
     """Penalties count every earlier token, so a drafted position would need the drafts before it counted:
     requests with a penalty decode one token per step."""
     p = req.params
-    return p.frequency_penalty == 0.0 and p.presence_penalty == 0.0 and p.repetition_penalty == 1.0
+    return (not p.is_beam_search and p.frequency_penalty == 0.0 and p.presence_penalty == 0.0
+            and p.repetition_penalty == 1.0)

@@ -49,6 +49,22 @@ FinishReason: TypeAlias = StopFinish | LengthFinish | AbortFinish
 
 
 @dataclass(frozen=True, slots=True)
+class BeamResult:
+    """One returned sequence of a beam search: its text and tokens, its score (sum logprob / length **
+    length_penalty, transformers' `sequences_scores`), its sum of logprobs, and why it ended."""
+
+    text: str
+    output_ids: tuple[int, ...]
+    score: float
+    cumulative_logprob: float
+    finish_reason: FinishReason
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"text": self.text, "output_ids": list(self.output_ids), "score": self.score,
+                "cumulative_logprob": self.cumulative_logprob, "finish_reason": self.finish_reason.to_dict()}
+
+
+@dataclass(frozen=True, slots=True)
 class MetaInfo:
     """A finished request's report (the public `meta_info`). Logprob lists are None unless they were asked for."""
 
@@ -69,7 +85,9 @@ class MetaInfo:
     output_token_logprobs: list[TokenLogprob] | None = None
     input_top_logprobs: list[TopLogprobs] | None = None
     output_top_logprobs: list[TopLogprobs] | None = None
-    cumulative_logprob: float | None = None  # best_of: the sum of the sample's output token logprobs
+    cumulative_logprob: float | None = None  # best_of, beam search: the sum of the output's token logprobs
+    beam_score: float | None = None  # beam search: this sequence's score
+    finished_beams: tuple[BeamResult, ...] = ()  # beam search: every returned sequence, best first
 
     def to_dict(self) -> dict[str, Any]:
         info: dict[str, Any] = {
@@ -93,6 +111,10 @@ class MetaInfo:
             info["constraint_narrowings"] = list(self.constraint_narrowings)
         if self.cumulative_logprob is not None:
             info["cumulative_logprob"] = self.cumulative_logprob
+        if self.beam_score is not None:
+            info["beam_score"] = self.beam_score
+        if self.finished_beams:
+            info["finished_beams"] = [b.to_dict() for b in self.finished_beams]
         for key in ("input_token_logprobs", "output_token_logprobs", "input_top_logprobs", "output_top_logprobs"):
             value = getattr(self, key)
             if value is not None:

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from radixgen.grammars.backend import CompiledGrammar, GrammarMatcher
     from radixgen.radix import RadixNode
     from radixgen.runtime.output_sink import OutputSink
-    from radixgen.runtime.outputs import FinishReason, TokenLogprob, TopLogprobs
+    from radixgen.runtime.outputs import BeamResult, FinishReason, TokenLogprob, TopLogprobs
     from radixgen.runtime.sampling_params import SamplingParams
     from radixgen.runtime.stop_checker import Detokenizer, StopChecker
 
@@ -27,6 +27,7 @@ _NO_DRAFTS.flags.writeable = False
 class ReqState(enum.Enum):
     WAITING = "waiting"  # queued for admission
     RUNNING = "running"  # holds a req_to_token row and KV slots
+    BEAMS = "beams"  # a beam search's request: its beams (requests of their own) run for it
     FINISHED = "finished"
 
 
@@ -76,6 +77,9 @@ class Req:
     spec_verify_steps: int = 0
     spec_draft_tokens: int = 0
     spec_accepted_tokens: int = 0
+    # Beam search: the rid of the request whose beam this is (its own rid once its beams run), else None.
+    beam_group: str | None = None
+    beam_results: tuple[BeamResult, ...] = ()  # a finished beam search's returned sequences, best first
     # Finish.
     finish_reason: FinishReason | None = None
     # Streaming/output plumbing (set by the engine front).

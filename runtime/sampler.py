@@ -80,7 +80,7 @@ class Sampler:
             x[:, self.token_count :] = float("-inf")
         logprobs = torch.log_softmax(x, dim=-1) if batch.needs_logprobs else None
         if grammar_bitmask is not None:
-            _apply_grammar(x, grammar_bitmask, bitmask_rows)
+            apply_grammar(x, grammar_bitmask, bitmask_rows)
         if batch.block_ids is not None:
             _block_until_min_tokens(x, batch)
         next_ids = self._choose(batch, x)
@@ -144,7 +144,8 @@ class Sampler:
         return torch.where(batch.seeded, seeded, fresh)
 
 
-def _apply_grammar(x: torch.Tensor, bitmask: torch.Tensor, rows: torch.Tensor | list[int] | None) -> None:
+def apply_grammar(x: torch.Tensor, bitmask: torch.Tensor, rows: torch.Tensor | list[int] | None) -> None:
+    """-inf in place where the packed masks refuse a token: mask r on row rows[r] (None: row r)."""
     bitmask = bitmask.to(x.device, non_blocking=True)
     if rows is None:
         apply_token_bitmask(x, bitmask)

@@ -16,6 +16,8 @@ Semantics of the special values (kept from SGLang so user code ports unchanged):
     top_p == 1, min_p == 0  no truncation
     max_new_tokens None   no limit other than the context length
     best_of None          n samples, all returned (best_of > n: the n of highest cumulative logprob)
+    num_beams > 1         beam search (transformers' semantics, greedy only); the `num_return_sequences` best
+                          finished beams are returned (None: n of them)
 """
 
 from __future__ import annotations
@@ -68,6 +70,14 @@ class SamplingParams:
     # Reasoning models: output tokens allowed before the thinking section closes (the output starts inside it, as
     # the template or the model opens it); when spent, the engine appends `</think>` itself (None: no budget).
     thinking_budget: int | None = None
+    # Beam search (transformers' names and meanings): beams, length_penalty (finished scores are sum logprob /
+    # length ** length_penalty), early_stopping (True | False | "never"), how many finished beams are returned
+    # (None: n), and n-grams no beam may repeat (0: off).
+    num_beams: int = 1
+    length_penalty: float = 1.0
+    early_stopping: bool | str = False
+    num_return_sequences: int | None = None
+    no_repeat_ngram_size: int = 0
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalise through object.__setattr__
@@ -133,8 +143,20 @@ class SamplingParams:
         return None
 
     @property
+    def is_beam_search(self) -> bool:
+        return self.num_beams > 1
+
+    @property
+    def beams_returned(self) -> int:
+        """Finished beams a beam search returns: `num_return_sequences`, or `n` without it."""
+        return self.n if self.num_return_sequences is None else self.num_return_sequences
+
+    @property
     def num_samples(self) -> int:
-        """Samples generated per prompt: `best_of`, or `n` without it."""
+        """Engine requests per prompt: one for a beam search (its beams are the engine's), else `best_of`, or
+        `n` without it."""
+        if self.is_beam_search:
+            return 1
         return self.n if self.best_of is None else self.best_of
 
     @property
@@ -145,6 +167,8 @@ class SamplingParams:
     def expand_n(self) -> list[SamplingParams]:
         """The `num_samples` single-sample requests this one stands for: sample i keeps the options, with n=1
         and, when seeded, seed + i (so the samples differ yet each stays reproducible)."""
+        if self.is_beam_search:
+            return [self]
         return [dataclasses.replace(self, n=1, best_of=None, seed=None if self.seed is None else self.seed + i)
                 for i in range(self.num_samples)]
 
@@ -196,6 +220,7 @@ class SamplingParams:
                 raise SamplingParamsError(f"{name} must be a string, got {type(value).__name__}")
         if self.json_schema is not None and not isinstance(self.json_schema, (str, dict)):
             raise SamplingParamsError(f"json_schema must be a string or a dict, got {type(self.json_schema).__name__}")
+        self._check_beam_search()
         given = [k for k in CONSTRAINT_KINDS if getattr(self, k) is not None]
         if len(given) > 1:
             raise SamplingParamsError(f"{given[1]}: at most one constraint ({', '.join(CONSTRAINT_KINDS)}) per "
@@ -209,6 +234,42 @@ class SamplingParams:
         if best_of > 1 and self.is_greedy:
             raise SamplingParamsError(f"best_of must be 1 with greedy decoding (temperature 0 or top_k 1), got "
                                       f"{best_of}: every sample would be the same")
+
+    def _check_beam_search(self) -> None:
+        """The beam options' values, and what beam search cannot be combined with (transformers' and vLLM's
+        refusals: it is deterministic; it returns at most num_beams sequences)."""
+        _check_int("num_beams", self.num_beams, low=1)
+        _check_float("length_penalty", self.length_penalty)
+        if self.early_stopping not in (True, False, "never"):
+            raise SamplingParamsError(f"early_stopping must be true, false or \"never\", got {self.early_stopping!r}")
+        _check_int("no_repeat_ngram_size", self.no_repeat_ngram_size, low=0)
+        if self.num_return_sequences is not None:
+            _check_int("num_return_sequences", self.num_return_sequences, low=1)
+        if not self.is_beam_search:
+            if self.num_return_sequences is not None and self.num_return_sequences != self.n:
+                raise SamplingParamsError("num_return_sequences is for beam search (num_beams > 1); use n to ask "
+                                          "for several samples")
+            return
+        returned = self.beams_returned
+        if returned > self.num_beams:
+            raise SamplingParamsError(f"beam search returns at most num_beams sequences: asked for {returned} "
+                                      f"(n / num_return_sequences) with num_beams={self.num_beams}")
+        if self.num_return_sequences is not None and self.n not in (1, self.num_return_sequences):
+            raise SamplingParamsError(f"n ({self.n}) and num_return_sequences ({self.num_return_sequences}) "
+                                      f"disagree: with beam search give one of them")
+        if self.temperature >= GREEDY_TEMPERATURE:
+            raise SamplingParamsError(f"num_beams > 1 needs temperature 0: beam search is deterministic, got "
+                                      f"temperature {self.temperature}")
+        refused = [name for name, off in (("best_of", self.best_of is None), ("stop", not self.stop),
+                                          ("stop_regex", not self.stop_regex), ("logit_bias", not self.logit_bias),
+                                          ("frequency_penalty", self.frequency_penalty == 0.0),
+                                          ("presence_penalty", self.presence_penalty == 0.0),
+                                          ("repetition_penalty", self.repetition_penalty == 1.0),
+                                          ("thinking_budget", self.thinking_budget is None)) if not off]
+        if refused:
+            raise SamplingParamsError(f"{refused[0]} is not supported with beam search (num_beams > 1); beams stop "
+                                      f"at EOS, stop_token_ids and max_new_tokens, and may use "
+                                      f"no_repeat_ngram_size, min_new_tokens and a constraint")
 
 
 FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(SamplingParams))

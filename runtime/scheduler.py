@@ -14,7 +14,9 @@ normally, whenever admission, prefill chunks, eviction or preemption need the ho
 has tokens to compute that were not sampled (a grammar's jump-forward appended them).
 
 Slot ownership invariant: every KV slot is exactly one of free (allocator), owned by the radix tree, or owned
-by one running request (positions [tree_len, kv_len) of its slot buffer).
+by running requests (positions [tree_len, kv_len) of their slot buffers): by one, except the beams of a beam
+search, which share the positions they have in common; `beam_refs` counts a slot's holders beyond the first.
+Beams are scheduled together (a group's beams all decode in the same step, or none does) and never preempted.
 """
 
 from __future__ import annotations
@@ -95,6 +97,8 @@ class Scheduler:
         self.waiting: deque[Req] = deque()
         self.running: list[Req] = []
         self.slots: dict[str, SlotBuffer] = {}
+        self.beam_refs = np.zeros(allocator.num_slots, dtype=np.int32)  # holders of a slot beyond the first
+        self._beam_rows: dict[str, int] = {}  # admitted beam searches' rows kept for their beams, by rid
         self._admit_counter = itertools.count()
         self.num_preemptions = 0
 
@@ -137,9 +141,16 @@ class Scheduler:
 
         # 1. running requests: decodes first (one token each, plus its drafts), then continuing chunks.
         running = sorted(self.running, key=lambda r: (r.remaining > 1, r.admit_seq))
+        beams: dict[str, list[Req]] = {}
+        for req in running:
+            if req.beam_group is not None:
+                beams.setdefault(req.beam_group, []).append(req)
         for req in running:
             if req.state is not ReqState.RUNNING:
                 continue  # preempted earlier in this loop
+            if req.beam_group is not None:
+                self._schedule_beams(batch, beams.pop(req.beam_group, []), keep=req)
+                continue
             drafts = len(req.draft_ids) if req.remaining == 1 else 0
             n = min(req.remaining, chunk) if req.remaining > 1 else 1 + drafts
             if req.remaining > 1:
@@ -162,6 +173,18 @@ class Scheduler:
         if budget > 0 and self.waiting:
             self._admit(batch, budget, chunk)
         return batch if batch.items else None
+
+    def _schedule_beams(self, batch: ScheduleBatch, group: list[Req], keep: Req) -> None:
+        """One decode position for every beam of a group, or for none of them (memory short)."""
+        if not group:
+            return  # scheduled with the group's first beam
+        slots = self._alloc(len(group))
+        while slots is None and self._preempt_one(batch, keep=keep):
+            slots = self._alloc(len(group))
+        if slots is None:
+            return
+        for req, slot in zip(group, np.split(slots, len(group))):
+            self._extend(batch, req, slot)
 
     def _schedule_overlapped(self, in_flight: Sequence[Req]) -> ScheduleBatch | None:
         """One decode position, at its kv_len, for each in-flight request that is still running and may add a
@@ -247,7 +270,9 @@ class Scheduler:
                 inflight.add(r)
         admitted: set[str] = set()
         for req in order:
-            if budget <= 0 or len(self.running) >= lim.max_running_requests:
+            beam_rows = req.params.num_beams - 1 if req.rid not in self._beam_rows else 0
+            if budget <= 0 or len(self.running) + sum(self._beam_rows.values()) + beam_rows >= \
+                    lim.max_running_requests:
                 break
             m = self._match(req)  # fresh: eviction for earlier admissions may have changed the tree
             # In-queue prefix sharing: if another request is computing a longer shared prefix right now,
@@ -275,6 +300,8 @@ class Scheduler:
                 req.cached_tokens = prefix_len
                 req.admitted_once = True
             req.admit_seq = next(self._admit_counter)
+            if req.params.is_beam_search:
+                self._beam_rows[req.rid] = req.params.num_beams - 1
             req.state = ReqState.RUNNING
             self.running.append(req)
             admitted.add(req.rid)
@@ -319,12 +346,58 @@ class Scheduler:
 
     # --------------------------------------------------------------- release
     def finish(self, req: Req) -> None:
-        """Release everything a running request holds; its computed KV goes into the tree."""
+        """Release everything a running request holds; its computed KV goes into the tree (a beam's is
+        dropped: it shares its slots with the other beams)."""
+        self._beam_rows.pop(req.rid, None)
         if req.state is ReqState.RUNNING:
-            self._release(req)
+            if req.beam_group is not None:
+                self.release_beam(req)
+            else:
+                self._release(req)
         elif req in self.waiting:
             self.waiting.remove(req)
         req.state = ReqState.FINISHED
+
+    # ------------------------------------------------------------- beams
+    def fork(self, parent: Req, child: Req) -> None:
+        """Make `child` (the parent's tokens so far, not yet running) a running beam holding the parent's
+        computed positions: its own table row, the parent's slots (shared, counted in `beam_refs`), the
+        parent's tree node locked once more. The caller keeps the rows it needs (a beam search's admission
+        keeps num_beams)."""
+        assert parent.state is ReqState.RUNNING and parent.node is not None, "forks come from a running request"
+        row = self.req_rows.alloc()
+        if row is None:
+            raise RuntimeError("no request row left for a beam (admission keeps num_beams rows per beam search)")
+        held = self.slots[parent.rid].view(0, parent.kv_len)
+        buf = SlotBuffer(child.fill_len + 16)
+        buf.extend(held)
+        self.slots[child.rid] = buf
+        self.beam_refs[held[parent.tree_len:]] += 1
+        self.cache.lock(parent.node)
+        child.req_pool_idx, child.node, child.tree_len, child.kv_len = row, parent.node, parent.tree_len, parent.kv_len
+        child.synced_len = 0
+        child.cached_tokens, child.admitted_once, child.admit_seq = parent.cached_tokens, True, parent.admit_seq
+        child.state = ReqState.RUNNING
+        self.running.append(child)
+
+    def start_beams(self, root: Req) -> None:
+        """The rows kept at admission for a beam search's beams are theirs now."""
+        self._beam_rows.pop(root.rid, None)
+
+    def release_beam(self, req: Req, state: ReqState = ReqState.FINISHED) -> None:
+        """Give back a running beam's row, node lock and the slots no other beam holds (nothing is cached)."""
+        buf = self.slots.pop(req.rid)
+        owned = buf.view(req.tree_len, req.kv_len)
+        shared = self.beam_refs[owned] > 0
+        if (~shared).any():
+            self.allocator.free(owned[~shared].copy())
+        self.beam_refs[owned[shared]] -= 1
+        assert req.node is not None and req.req_pool_idx is not None, "a running request holds a node and a row"
+        self.cache.unlock(req.node)
+        self.req_rows.free(req.req_pool_idx)
+        req.node, req.req_pool_idx, req.tree_len, req.kv_len = None, None, 0, 0
+        self._drop_running(req)
+        req.state = state
 
     def _release(self, req: Req) -> None:
         """Give the computed KV to the tree (which keeps what it stores) and free the rest."""
@@ -339,13 +412,19 @@ class Scheduler:
         self.cache.unlock(req.node)
         self.req_rows.free(req.req_pool_idx)
         req.node, req.req_pool_idx, req.tree_len, req.kv_len = None, None, 0, 0
-        if req in self.running:
-            self.running.remove(req)
+        self._drop_running(req)
+
+    def _drop_running(self, req: Req) -> None:
+        """Take `req` out of the running list, found by identity (Req's dataclass equality compares every field)."""
+        for i, r in enumerate(self.running):
+            if r is req:
+                del self.running[i]
+                return
 
     def _preempt_one(self, batch: ScheduleBatch, keep: Req) -> bool:
         """Preempt the newest running request (not `keep`, not already in this batch)."""
         in_batch = {it.req.rid for it in batch.items}
-        victims = [r for r in self.running if r is not keep and r.rid not in in_batch]
+        victims = [r for r in self.running if r is not keep and r.rid not in in_batch and r.beam_group is None]
         if not victims:
             return False
         victim = max(victims, key=lambda r: r.admit_seq)

@@ -16,6 +16,9 @@ from radixgen.runtime.scheduler import Scheduler, SchedulerLimits
 
 
 class _Params:
+    num_beams = 1
+    is_beam_search = False
+
     def __init__(self, max_new_tokens: int) -> None:
         self.max_new_tokens = max_new_tokens
 
@@ -240,3 +243,45 @@ def test_rewind_frees_the_positions_it_forgets_and_the_overlap_waits_for_unsampl
     assert s.schedule([r]) is None  # no overlapped decode: the host's ids must go in an extend
     batch = s.schedule()
     assert batch is not None and [(it.start, it.extend, it.sync_from) for it in batch.items] == [(8, 3, 8)]
+
+
+@pytest.mark.parametrize("cache", [True, False])
+def test_forked_beams_share_their_parents_slots_and_give_each_back_once(cache):
+    """Forks hold their parent's slots (counted in beam_refs), beams decode together, and releasing every beam
+    in any order frees each slot exactly once (or leaves it to the tree)."""
+    from radixgen.runtime.sampling_params import SamplingParams
+
+    s, alloc, tree = make(cache=cache, max_running=8)
+    root = Req(rid="r", origin_ids=np.arange(1, 21, dtype=np.int64), params=SamplingParams(num_beams=3, temperature=0))
+    s.add(root)
+    while root.kv_len < 20:
+        batch = s.schedule()
+        s.commit(batch)
+    root.beam_group = root.rid
+    beams = []
+    for i in range(3):
+        child = Req(rid=f"b{i}", origin_ids=root.origin_ids, params=root.params, beam_group="r")
+        s.fork(root, child)
+        beams.append(child)
+    s.start_beams(root)
+    s.release_beam(root, ReqState.BEAMS)
+    for step in range(4):  # each beam adds a token; beam 0 forks once more, the last beam is dropped
+        for b in beams:
+            b.output_ids.append(500 + step)
+        batch = s.schedule()
+        assert sorted(it.req.rid for it in batch.items) == sorted(b.rid for b in beams)
+        s.commit(batch)
+        views = [s.slot_view(b, 0, 20) for b in beams]
+        assert all((v == views[0]).all() for v in views), "one copy of the prompt"
+        extra = Req(rid=f"f{step}", origin_ids=root.origin_ids, params=root.params, beam_group="r",
+                    output_ids=list(beams[0].output_ids))
+        s.fork(beams[0], extra)
+        s.release_beam(beams.pop())
+        beams.append(extra)
+        owned = np.concatenate([s.slot_view(b, b.tree_len, b.kv_len) for b in beams])
+        holders = np.unique(owned, return_counts=True)
+        assert (s.beam_refs[holders[0]] == holders[1] - 1).all()
+    for b in beams:
+        s.finish(b)
+    assert not s.beam_refs.any() and not s.running
+    assert alloc.num_free + tree.stats().cached_tokens == alloc.num_slots - 1
