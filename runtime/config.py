@@ -85,6 +85,15 @@ class ModelConfig:
         """KV pool memory one token takes across all layers (K and V)."""
         return 2 * self.num_hidden_layers * self.kv_size * dtype_bytes
 
+    def num_parameters(self) -> int:
+        """Weights the model holds (embeddings, attention, MLP, norms; biases left out): sizes memory before load."""
+        h = self.hidden_size
+        attention = h * (self.q_size + 2 * self.kv_size) + self.q_size * h
+        mlp = 3 * h * self.intermediate_size
+        norms = 2 * h + (2 * self.head_dim if self.qk_norm else 0)
+        embeddings = self.vocab_size * h * (1 if self.tie_word_embeddings else 2)
+        return embeddings + self.num_hidden_layers * (attention + mlp + norms) + h
+
     @classmethod
     def from_hf(cls, cfg: Mapping[str, Any], generation_config: Mapping[str, Any] | None = None,
                 source: str = "config.json") -> ModelConfig:

@@ -124,13 +124,16 @@ CPU_KV_BUDGET_BYTES = 1 << 30  # the CPU pool's default size (memory there is sh
 
 
 def kv_pool_num_slots(config: ModelConfig, dtype: torch.dtype, device: torch.device, max_total_tokens: int | None,
-                      mem_fraction: float, cpu_budget_bytes: int = CPU_KV_BUDGET_BYTES) -> int:
+                      mem_fraction: float, cpu_budget_bytes: int = CPU_KV_BUDGET_BYTES,
+                      companion: tuple[int, int] = (0, 0)) -> int:
     """How many slots (tokens + the padding slot) the pool gets.
 
     An explicit `max_total_tokens` wins. On CUDA the pool takes `mem_fraction` of the memory still free after the
     weights are loaded; on the CPU, where memory is shared with everything else, a fixed budget
     (`cpu_budget_bytes`, 1 GiB) that still holds at least one full context. Bytes per token count `dtype`, the
     cache's: an FP8 cache holds twice a 16-bit one's tokens (its scales are per layer, not per token).
+    `companion` = (bytes per token, bytes up front) of a model loaded later that needs a slot for each of this
+    pool's (a draft model): on CUDA both come out of this pool's share, so the later model still fits.
     """
     if max_total_tokens is not None:
         if max_total_tokens < 1:
@@ -139,7 +142,8 @@ def kv_pool_num_slots(config: ModelConfig, dtype: torch.dtype, device: torch.dev
     per_token = config.kv_bytes_per_token(torch.empty((), dtype=dtype).element_size())
     if device.type == "cuda":
         free, _total = torch.cuda.mem_get_info(device)
-        tokens = int(free * mem_fraction) // per_token
+        companion_per_token, companion_bytes = companion
+        tokens = (int(free * mem_fraction) - companion_bytes) // (per_token + companion_per_token)
         if tokens < 1:
             raise MemoryError(f"no CUDA memory left for the KV cache ({free / 2**30:.2f} GiB free)")
         return tokens + 1

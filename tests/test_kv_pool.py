@@ -72,3 +72,28 @@ def test_kv_pool_shapes_and_sizing():
     per_token = config.kv_bytes_per_token(4)
     slots = kv_pool_num_slots(config, torch.float32, torch.device("cpu"), None, 0.9, cpu_budget_bytes=per_token * 1000)
     assert slots == 1001
+
+
+def test_cuda_pool_leaves_room_for_a_draft_models_slots_and_weights(monkeypatch):
+    """With a companion (a draft model holding a slot per target slot), the target's pool and the companion's
+    pool and weights together fit the share of free memory one pool alone would take."""
+    config = ModelConfig.from_hf(TINY_CONFIGS["llama"])
+    per_token = config.kv_bytes_per_token(2)
+    free = 1 << 30
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free, 2 * free))
+    cuda = torch.device("cuda")
+    alone = kv_pool_num_slots(config, torch.bfloat16, cuda, None, 0.9) - 1
+    companion = (per_token // 2, 100 << 20)
+    shared = kv_pool_num_slots(config, torch.bfloat16, cuda, None, 0.9, companion=companion) - 1
+    assert alone == int(free * 0.9) // per_token
+    assert shared * (per_token + companion[0]) + companion[1] <= int(free * 0.9)
+    assert (shared + 1) * (per_token + companion[0]) + companion[1] > int(free * 0.9)
+
+
+@pytest.mark.parametrize("arch", sorted(TINY_CONFIGS))
+def test_num_parameters_counts_what_the_model_holds(arch):
+    from radixgen.runtime.loader import load_model
+
+    model, config = load_model(None, "dummy", "cpu", torch.float32, dummy_config=TINY_CONFIGS[arch])
+    held = sum(p.numel() for name, p in model.named_parameters() if not name.endswith("bias"))
+    assert config.num_parameters() == held
