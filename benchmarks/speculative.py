@@ -125,6 +125,8 @@ def run_engine(options: dict, drafter: str, kinds: list[str], batches: list[int]
                 texts, params = zip(*(prompt(kind, i) for i in range(batch)))
                 sampling = [{"temperature": 0, "max_new_tokens": max_new_tokens, **p} for p in params]
                 eng.flush_cache()
+                eng.generate(list(texts), sampling)  # untimed: the first call of a shape compiles kernels
+                eng.flush_cache()
                 before = eng.get_stats()
                 t0 = time.perf_counter()
                 outs = eng.generate(list(texts), sampling)
