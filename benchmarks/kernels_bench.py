@@ -6,9 +6,15 @@ allocation gives) and, in the rows marked "shuffled", a random permutation of sl
 graph replays (the engine replays decode steps as graphs), median of many.
 prefill: TFLOP/s of causal attention (4 * B * Hq * L^2 * D / 2 FLOPs) over the same heads, ours against SDPA
 is_causal=True.
+multi-query: rows of k = 4 or 8 new tokens after a cached context (speculative verify, multi-token rows), at
+batch 1/8/32 and contexts 1k/4k: the multi-query decode kernel against the extend kernel (what such rows ran
+before) and a 1-token decode step over the same contexts, all CUDA-graph replays with the split count a graph
+of an 8,192-token model bakes in (max_seq_len = GRAPH_CONTEXT, as CudaGraphRunner captures them).
 
     python benchmarks/kernels_bench.py                 # the tables
+    python benchmarks/kernels_bench.py --only multi    # only the multi-query table (also: decode, prefill)
     python benchmarks/kernels_bench.py --sweep all     # also try launch configs and print the best ones
+    python benchmarks/kernels_bench.py --sweep multi   # only the multi-query kernel's launch configs
     python benchmarks/kernels_bench.py --json out.json # also write every number
 """
 
@@ -31,12 +37,15 @@ from radixgen.kernels.extend_attention_triton import (
     ExtendConfig,
     extend_attention_triton,
 )
+from radixgen.kernels.multi_query_decode_triton import multi_query_decode_attention_triton
 
 HQ, HKV, D = 32, 8, 128
 DTYPE = torch.bfloat16
 DECODE_SHAPES = [(1, 1024), (1, 4096), (1, 16384), (1, 32768), (64, 1024), (64, 4096), (64, 16384),
                  (64, 32768), (256, 1024), (256, 2048), (256, 4096), (256, 8192)]
 PREFILL_SHAPES = [(1, 2048), (4, 4096), (1, 16384), (16, 1024)]
+MULTI_SHAPES = [(b, ctx, k) for b in (1, 8, 32) for ctx in (1024, 4096) for k in (4, 8)]  # (batch, context, new)
+GRAPH_CONTEXT = 8192  # Llama-3-8B's context length: the max_seq_len the engine's graphs are captured with
 
 
 def bench_graph(fn) -> float:
@@ -115,6 +124,90 @@ class PrefillProblem:
     def check(self) -> float:
         ref = self.sdpa().transpose(1, 2).reshape(-1, HQ, D).float()
         return ((self.ours().float() - ref).norm() / ref.norm()).item()
+
+
+class MultiQueryProblem:
+    """`batch` requests of `ctx` cached tokens plus `k` new ones each (slots contiguous per request), their queries
+    packed as the engine packs them, and a 1-token decode query per request over the same contexts."""
+
+    def __init__(self, batch: int, ctx: int, k: int):
+        dev = "cuda"
+        self.batch, self.ctx, self.k = batch, ctx, k
+        seq = ctx + k
+        self.k_cache = torch.randn(batch * seq, HKV, D, device=dev, dtype=DTYPE)
+        self.v_cache = torch.randn(batch * seq, HKV, D, device=dev, dtype=DTYPE)
+        self.req_to_token = torch.arange(batch * seq, device=dev, dtype=torch.int32).view(batch, seq)
+        self.req_pool_indices = torch.arange(batch, device=dev)
+        self.prefix_lens = torch.full((batch,), ctx, device=dev, dtype=torch.int32)
+        self.extend_lens = torch.full((batch,), k, device=dev, dtype=torch.int32)
+        self.start = torch.arange(batch, device=dev, dtype=torch.int32) * k
+        self.q = torch.randn(batch * k, HQ, D, device=dev, dtype=DTYPE)
+        self.q1 = torch.randn(batch, HQ, D, device=dev, dtype=DTYPE)
+        self.seq_lens1 = torch.full((batch,), ctx + 1, device=dev, dtype=torch.int32)
+
+    def multi(self, config: DecodeConfig | None = None):
+        return multi_query_decode_attention_triton(self.q, self.k_cache, self.v_cache, self.req_to_token,
+                                                   self.req_pool_indices, self.prefix_lens, self.extend_lens,
+                                                   self.start, D ** -0.5, None, self.k, GRAPH_CONTEXT,
+                                                   config=config)
+
+    def extend(self):
+        return extend_attention_triton(self.q, self.k_cache, self.v_cache, self.req_to_token, self.req_pool_indices,
+                                       self.prefix_lens, self.extend_lens, self.start, D ** -0.5, None, self.k)
+
+    def decode(self):
+        return decode_attention_triton(self.q1, self.k_cache, self.v_cache, self.req_to_token,
+                                       self.req_pool_indices, self.seq_lens1, D ** -0.5, None, GRAPH_CONTEXT)
+
+    def check(self) -> float:
+        ref = self.extend().float()
+        return ((self.multi().float() - ref).norm() / ref.norm()).item()
+
+
+def multi_query_table(records: list[dict]) -> list[str]:
+    lines = ["| batch | context | new tokens | multi-query us | extend us | decode (1 token) us | multi / decode | "
+             "extend / decode | extend / multi | rel err |",
+             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for batch, ctx, k in MULTI_SHAPES:
+        prob = MultiQueryProblem(batch, ctx, k)
+        t_multi, t_ext, t_dec = bench_graph(prob.multi), bench_graph(prob.extend), bench_graph(prob.decode)
+        rec = {"kind": "multi-query", "batch": batch, "ctx": ctx, "new_tokens": k, "multi_ms": t_multi,
+               "extend_ms": t_ext, "decode_ms": t_dec, "rel_err": prob.check()}
+        records.append(rec)
+        lines.append(f"| {batch} | {ctx} | {k} | {t_multi * 1e3:.1f} | {t_ext * 1e3:.1f} | {t_dec * 1e3:.1f} | "
+                     f"{t_multi / t_dec:.2f}x | {t_ext / t_dec:.2f}x | {t_ext / t_multi:.2f}x | "
+                     f"{rec['rel_err']:.1e} |")
+        print(lines[-1], flush=True)
+        del prob
+        torch.cuda.empty_cache()
+    return lines
+
+
+def sweep_multi_query(records: list[dict]) -> list[str]:
+    """Try multi-query launch configs (block_n, warps, stages) on four shapes; the best three per shape against
+    the default (`default_multi_query_config`)."""
+    lines = []
+    for batch, ctx, k in [(1, 1024, 4), (1, 4096, 8), (8, 4096, 4), (32, 4096, 8)]:
+        prob = MultiQueryProblem(batch, ctx, k)
+        results = []
+        for bn, warps, stages in itertools.product((32, 64, 128), (4, 8), (2, 3, 4)):
+            cfg = DecodeConfig(block_n=bn, num_warps=warps, num_stages=stages)
+            try:
+                t = bench_graph(functools.partial(prob.multi, cfg))
+            except (RuntimeError, OutOfResources) as exc:
+                print(f"  multi-query {cfg} failed: {type(exc).__name__}", file=sys.stderr)
+                continue
+            results.append((t, cfg))
+            records.append({"kind": "sweep-multi-query", "batch": batch, "ctx": ctx, "new_tokens": k,
+                            "cfg": repr(cfg), "ms": t})
+        results.sort(key=lambda r: r[0])
+        base = bench_graph(prob.multi)
+        for t, cfg in results[:3]:
+            lines.append(f"multi-query {batch}x{ctx}+{k}: {t * 1e3:.1f} us {cfg}; default {base * 1e3:.1f} us")
+        print("\n".join(lines[-3:]), flush=True)
+        del prob
+        torch.cuda.empty_cache()
+    return lines
 
 
 def decode_table(records: list[dict]) -> list[str]:
@@ -219,8 +312,11 @@ def sweep_extend(records: list[dict]) -> list[str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sweep", choices=("none", "all", "extend"), default="none",
-                        help="also try launch configs (all: decode and extend; extend: extend only)")
+    parser.add_argument("--sweep", choices=("none", "all", "extend", "multi"), default="none",
+                        help="also try launch configs (all: decode, extend and multi-query; extend / multi: that "
+                             "kernel only)")
+    parser.add_argument("--only", choices=("all", "decode", "prefill", "multi"), default="all",
+                        help="which tables to print")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -235,16 +331,25 @@ def main() -> int:
     sweep_lines = sweep_decode(records) if args.sweep == "all" else []
     if args.sweep in ("all", "extend"):
         sweep_lines += ["", "extend tile sweep, TFLOP/s:"] + sweep_extend(records)
-    decode_lines = decode_table(records)
-    prefill_lines = prefill_table(records)
+    if args.sweep in ("all", "multi"):
+        sweep_lines += ["", "multi-query launch sweep:"] + sweep_multi_query(records)
+    decode_lines = decode_table(records) if args.only in ("all", "decode") else []
+    prefill_lines = prefill_table(records) if args.only in ("all", "prefill") else []
+    multi_lines = multi_query_table(records) if args.only in ("all", "multi") else []
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"header": header, "records": records}, fh, indent=1)
     print("\n" + header)
     if sweep_lines:
         print("\nconfig sweep:\n" + "\n".join(sweep_lines))
-    print("\ndecode attention (bandwidth = K+V bytes / time; CUDA-graph replays, median)\n" + "\n".join(decode_lines))
-    print("\nprefill attention (causal, no prefix)\n" + "\n".join(prefill_lines))
+    if decode_lines:
+        print("\ndecode attention (bandwidth = K+V bytes / time; CUDA-graph replays, median)\n"
+              + "\n".join(decode_lines))
+    if prefill_lines:
+        print("\nprefill attention (causal, no prefix)\n" + "\n".join(prefill_lines))
+    if multi_lines:
+        print(f"\nmulti-query decode (k new tokens per row after the context; CUDA-graph replays, median; split "
+              f"counts for max_seq_len {GRAPH_CONTEXT})\n" + "\n".join(multi_lines))
     return 0
 
 

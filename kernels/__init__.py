@@ -1,12 +1,13 @@
 """radixgen.kernels: Triton kernels and their torch reference twins, behind one dispatch per op.
 
 Each op `name(...)` runs the Triton kernel when its tensors are on CUDA (and Triton imports) and the torch
-reference otherwise; `name_reference(...)` is always the reference, for tests. `linear` is `F.linear`, except
-fp32 on an AMD CPU, which runs oneDNN's matmul (`linear_onednn`; `linear_weight_packer` pre-packs weights for
-it); `cpu_features` holds the CPU-vendor policy behind both choices. The batched torch attention
-(`decode_attention_torch`, `extend_attention_torch` with a `plan_extend` plan its layers share) and the CPU
-decode over per-request K/V copies carried across steps (`decode_copy_torch`: no Triton twin, the GPU kernel
-reads the pool in place) are what the CPU attention backend (runtime/attention/) calls.
+reference otherwise; `name_reference(...)` is always the reference, for tests. `multi_query_decode_attention` is
+the decode kernel's split-K design for rows of a few new tokens (speculative verify, multi-token rows), with an
+extend's maths. `linear` is `F.linear`, except fp32 on an AMD CPU, which runs oneDNN's matmul (`linear_onednn`;
+`linear_weight_packer` pre-packs weights for it); `cpu_features` holds the CPU-vendor policy behind both choices.
+The batched torch attention (`decode_attention_torch`, `extend_attention_torch` with a `plan_extend` plan its
+layers share) and the CPU decode over per-request K/V copies carried across steps (`decode_copy_torch`: no Triton
+twin, the GPU kernel reads the pool in place) are what the CPU attention backend (runtime/attention/) calls.
 
 Quantized linear weights (`Int4Weight`, `Fp8Weight`, `GGUFWeight`, `StackedWeight`: one dataclass per scheme)
 go through the same `linear`, which hands them to `quant_linear`; `quant_linear_reference` dequantizes
@@ -16,6 +17,7 @@ go through the same `linear`, which hands them to `quant_linear`; `quant_linear_
 from radixgen.kernels.attention_ref import (
     decode_attention_reference,
     extend_attention_reference,
+    multi_query_decode_attention_reference,
     store_kv_reference,
 )
 from radixgen.kernels.attention_torch import (
@@ -40,6 +42,7 @@ from radixgen.kernels.dispatch import (
     fused_add_rmsnorm,
     linear,
     linear_weight_packer,
+    multi_query_decode_attention,
     quant_linear,
     rmsnorm,
     silu_and_mul,
@@ -99,6 +102,8 @@ __all__ = [
     "fused_add_rmsnorm_reference",
     "linear",
     "linear_weight_packer",
+    "multi_query_decode_attention",
+    "multi_query_decode_attention_reference",
     "pack_int4",
     "plan_copy_step",
     "plan_extend",

@@ -2,7 +2,8 @@
 
 extend: for request b and new token i (position p = prefix_lens[b] + i), the output is
     softmax(q[t] . K[slots(b, 0..p)] * sm_scale) @ V[slots(b, 0..p)]
-restricted to the last `sliding_window` positions when a window is given. decode is extend with one token.
+restricted to the last `sliding_window` positions when a window is given. decode is extend with one token;
+multi-query decode (rows of a few new tokens after a cached prefix) is extend, computed as the decode kernel does.
 GQA: query head h reads KV head h // (Hq // Hkv). An FP8 cache (`kv_quant`) holds codes: K and V are their
 codes * k_scale / v_scale [Hkv] (the store writes x / scale, saturated).
 """
@@ -84,6 +85,33 @@ def decode_attention_reference(
         k, v = _read_kv(k_cache, v_cache, slots, scales)
         out[b : b + 1] = _attend_one(q[b : b + 1], k, v, q_pos, sm_scale, sliding_window)
     return out
+
+
+def multi_query_decode_attention_reference(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    req_to_token: torch.Tensor,
+    req_pool_indices: torch.Tensor,
+    prefix_lens: torch.Tensor,
+    extend_lens: torch.Tensor,
+    extend_start_loc: torch.Tensor,
+    sm_scale: float,
+    sliding_window: int | None = None,
+    max_extend_len: int | None = None,
+    max_seq_len: int | None = None,
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """q [T, Hq, D], a few new tokens per request (a verify or multi-token row) -> o [T, Hq, D]: extend's maths,
+
+        for b, j < extend_lens[b]:  t = extend_start_loc[b] + j;  p = prefix_lens[b] + j
+            o[t] = softmax(q[t] . K[slots(b, 0..p)] * sm_scale) @ V[slots(b, 0..p)]   (the window's last keys)
+
+    Flat rows no request owns are not written. `max_seq_len` only sizes the kernel's split count.
+    """
+    return extend_attention_reference(q, k_cache, v_cache, req_to_token, req_pool_indices, prefix_lens, extend_lens,
+                                      extend_start_loc, sm_scale, sliding_window, max_extend_len, k_scale, v_scale)
 
 
 def _read_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor,

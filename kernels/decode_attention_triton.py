@@ -112,22 +112,29 @@ def _decode_reduce_kernel(mid_o, mid_lse, out, stride_mb, stride_mh, stride_ms, 
     """out[b, h] = sum_s w_s * part_s with w_s = softmax over splits of their log2-sum-exp."""
     b = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
+    merge_splits_row(mid_o + b * stride_mb + h * stride_mh, mid_lse + b * stride_lb + h * stride_lh,
+                     out + b * stride_ob + h * stride_oh, stride_ms, num_splits, BLOCK_S, D)
+
+
+@triton.jit
+def merge_splits_row(mid_o, mid_lse, out, stride_ms, num_splits, BLOCK_S: tl.constexpr, D: tl.constexpr):
+    """One (row, head): out[:D] = sum_s w_s * mid_o[s, :D], w = softmax over splits of mid_lse[s] (log2 domain);
+    the pointers are at that row and head."""
     offs_s = tl.arange(0, BLOCK_S)
     mask_s = offs_s < num_splits
     offs_d = tl.arange(0, D)
-    lse = tl.load(mid_lse + b * stride_lb + h * stride_lh + offs_s, mask=mask_s, other=float("-inf"))
+    lse = tl.load(mid_lse + offs_s, mask=mask_s, other=float("-inf"))
     top = tl.max(lse, 0)
     top = tl.where(top == float("-inf"), 0.0, top)  # a padding row of length 0: every split empty, output 0
     w = tl.exp2(lse - top)
     w = w / tl.maximum(tl.sum(w, 0), 1e-30)
-    part = tl.load(mid_o + b * stride_mb + h * stride_mh + offs_s[:, None] * stride_ms + offs_d[None, :],
-                   mask=mask_s[:, None], other=0.0)
+    part = tl.load(mid_o + offs_s[:, None] * stride_ms + offs_d[None, :], mask=mask_s[:, None], other=0.0)
     res = tl.sum(part * w[:, None], 0)
-    tl.store(out + b * stride_ob + h * stride_oh + offs_d, res.to(out.dtype.element_ty))
+    tl.store(out + offs_d, res.to(out.dtype.element_ty))
 
 
 @functools.lru_cache(maxsize=8)
-def _sm_count(device_index: int) -> int:
+def sm_count(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
@@ -176,7 +183,7 @@ def decode_attention_triton(
             max_seq_len = int(seq_lens.max())
         if sliding_window is not None:
             max_seq_len = min(max_seq_len, sliding_window)
-        sms = _sm_count(q.device.index or 0) if q.is_cuda else 132
+        sms = sm_count(q.device.index or 0) if q.is_cuda else 132
         num_splits = num_kv_splits(batch, num_kv_heads, max_seq_len, sms, config)
     if num_splits > 1:
         mid_o = torch.empty(batch, num_q_heads, num_splits, head_dim, dtype=torch.float32, device=q.device)

@@ -40,6 +40,7 @@ FORCE_REFERENCE_ENV = "RADIXGEN_FORCE_REFERENCE"
 _TRITON_IMPLS = {
     "extend_attention": ("extend_attention_triton", "extend_attention_triton"),
     "decode_attention": ("decode_attention_triton", "decode_attention_triton"),
+    "multi_query_decode_attention": ("multi_query_decode_triton", "multi_query_decode_attention_triton"),
     "store_kv": ("store_kv_triton", "store_kv_triton"),
     "rmsnorm": ("norm_triton", "rmsnorm_triton"),
     "fused_add_rmsnorm": ("norm_triton", "fused_add_rmsnorm_triton"),
@@ -79,8 +80,8 @@ def _supported_head_dim(head_dim: int) -> bool:
 
 
 def triton_attention_runs(device: torch.device, head_dim: int) -> bool:
-    """Whether `extend_attention` and `decode_attention` run their Triton kernels for queries of `head_dim` on
-    `device` (else they run `attention_torch`)."""
+    """Whether `extend_attention`, `decode_attention` and `multi_query_decode_attention` run their Triton kernels
+    for queries of `head_dim` on `device` (else they run `attention_torch`)."""
     return (device.type == "cuda" and os.environ.get(FORCE_REFERENCE_ENV) != "1" and triton_ops() is not None
             and _supported_head_dim(head_dim))
 
@@ -159,6 +160,22 @@ def decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, req_to_token: 
                                                   seq_lens, sm_scale, sliding_window, max_seq_len, k_scale, v_scale)
 
 
+def multi_query_decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, req_to_token: Tensor,
+                                 req_pool_indices: Tensor, prefix_lens: Tensor, extend_lens: Tensor,
+                                 extend_start_loc: Tensor, sm_scale: float, sliding_window: int | None = None,
+                                 max_extend_len: int | None = None, max_seq_len: int | None = None,
+                                 k_scale: Tensor | None = None, v_scale: Tensor | None = None) -> Tensor:
+    ops = _triton_for(q)
+    if ops is not None and _supported_head_dim(q.shape[-1]):
+        return ops.multi_query_decode_attention(q, k_cache, v_cache, req_to_token, req_pool_indices, prefix_lens,
+                                                extend_lens, extend_start_loc, sm_scale, sliding_window,
+                                                max_extend_len, max_seq_len, k_scale=k_scale, v_scale=v_scale)
+    # the same maths as an extend: the batched torch extend (which sends one-token rows down its decode path)
+    return attention_torch.extend_attention_torch(q, k_cache, v_cache, req_to_token, req_pool_indices,
+                                                  prefix_lens, extend_lens, extend_start_loc, sm_scale,
+                                                  sliding_window, max_extend_len, k_scale=k_scale, v_scale=v_scale)
+
+
 def store_kv(k_cache: Tensor, v_cache: Tensor, loc: Tensor, k: Tensor, v: Tensor, k_scale: Tensor | None = None,
              v_scale: Tensor | None = None) -> None:
     ops = _triton_for(k_cache)
@@ -210,6 +227,7 @@ def apply_token_bitmask(logits: Tensor, bitmask: Tensor, indices: Tensor | None 
 _TWINS: list[tuple[str, Callable[..., object]]] = [
     ("extend_attention", attention_ref.extend_attention_reference),
     ("decode_attention", attention_ref.decode_attention_reference),
+    ("multi_query_decode_attention", attention_ref.multi_query_decode_attention_reference),
     ("store_kv", attention_ref.store_kv_reference),
     ("rmsnorm", elementwise_ref.rmsnorm_reference),
     ("fused_add_rmsnorm", elementwise_ref.fused_add_rmsnorm_reference),
@@ -221,5 +239,5 @@ for _name, _ref in _TWINS:
     functools.update_wrapper(globals()[_name], _ref, assigned=("__doc__",), updated=())
 
 __all__ = ["FORCE_REFERENCE_ENV", "apply_rotary", "apply_token_bitmask", "decode_attention", "extend_attention",
-           "fused_add_rmsnorm", "linear", "linear_weight_packer", "quant_linear", "rmsnorm", "silu_and_mul",
-           "store_kv", "triton_attention_runs", "triton_ops", "use_triton"]
+           "fused_add_rmsnorm", "linear", "linear_weight_packer", "multi_query_decode_attention", "quant_linear",
+           "rmsnorm", "silu_and_mul", "store_kv", "triton_attention_runs", "triton_ops", "use_triton"]

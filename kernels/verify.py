@@ -128,6 +128,44 @@ def _check_decode(case: Case, impl: Callable, device: torch.device, gen: torch.G
     return rel_error(out, ref)
 
 
+def _check_multi_query_decode(case: Case, impl: Callable, device: torch.device, gen: torch.Generator) -> float:
+    """Rows of a few new tokens packed at the front of q (rows of 0 tokens: graph padding, their start 0), then
+    `pad_tokens` rows no request owns; only the owned rows are compared. With `fp8` the cache holds e4m3 codes
+    and per-head scales (some K saturate)."""
+    p, dtype = case.params, DTYPES[case.dtype]
+    prefix, extend = p["prefix"], p["extend"]
+    hq, hkv, d = p["heads"][0], p["heads"][1], p["head_dim"]
+    seq = [a + b for a, b in zip(prefix, extend)]
+    table, req_idx, num_slots = make_pool(seq, gen, device)
+    k_cache = _randn((num_slots, hkv, d), dtype, device, gen)
+    v_cache = _randn((num_slots, hkv, d), dtype, device, gen)
+    k_scale = v_scale = None
+    if p.get("fp8"):
+        from radixgen.kernels.kv_quant import FP8_KV_DTYPE, FP8_KV_MAX, quantize_kv
+
+        assert FP8_KV_DTYPE is not None, "this torch has no float8 dtypes"
+        k_full, v_full = k_cache.float() * 3.0, v_cache.float()
+        spread = torch.linspace(0.5, 2.0, hkv, device=device)  # the small scales saturate their largest K
+        k_scale = k_full.abs().amax(dim=(0, 2)) / FP8_KV_MAX * spread
+        v_scale = v_full.abs().amax(dim=(0, 2)) / FP8_KV_MAX
+        k_cache, v_cache = quantize_kv(k_full, k_scale, FP8_KV_DTYPE), quantize_kv(v_full, v_scale, FP8_KV_DTYPE)
+    owned = sum(extend)
+    q = _randn((owned + p.get("pad_tokens", 0), hq, d), dtype, device, gen)
+    prefix_t = torch.tensor(prefix, dtype=torch.int32, device=device)
+    extend_t = torch.tensor(extend, dtype=torch.int32, device=device)
+    start_t = torch.where(extend_t > 0, torch.cumsum(extend_t, 0, dtype=torch.int32) - extend_t, 0)
+    scale, window = d ** -0.5, p.get("window")
+    extra = {"num_splits": p["splits"]} if p.get("splits") is not None else {}
+    _poison(device, q.numel() * 4 * 64)
+    out = impl(q, k_cache, v_cache, table, req_idx, prefix_t, extend_t, start_t, scale, window, max(extend),
+               max(seq), k_scale=k_scale, v_scale=v_scale, **extra)
+    k_ref, v_ref = (k_cache, v_cache) if k_scale is not None else (k_cache.float(), v_cache.float())
+    ref = attention_ref.multi_query_decode_attention_reference(q.float(), k_ref, v_ref, table, req_idx, prefix_t,
+                                                               extend_t, start_t, scale, window, k_scale=k_scale,
+                                                               v_scale=v_scale)
+    return rel_error(out[:owned], ref[:owned])
+
+
 def _check_store_kv(case: Case, impl: Callable, device: torch.device, gen: torch.Generator) -> float:
     p, dtype = case.params, DTYPES[case.dtype]
     slots, tokens, hkv, d = p["slots"], p["tokens"], p["kv_heads"], p["head_dim"]
@@ -206,6 +244,7 @@ def _check_bitmask(case: Case, impl: Callable, device: torch.device, gen: torch.
 RUNNERS: dict[str, Callable] = {
     "extend_attention": _check_extend,
     "decode_attention": _check_decode,
+    "multi_query_decode_attention": _check_multi_query_decode,
     "store_kv": _check_store_kv,
     "rmsnorm": _check_rmsnorm,
     "fused_add_rmsnorm": _check_fused_add_rmsnorm,

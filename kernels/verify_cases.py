@@ -49,6 +49,7 @@ def _attention_cases(size: str) -> list[Case]:
             Case("decode_attention", "window32-gqa4-splits3", dt, {"seq_lens": [100, 20, 33], "heads": (4, 1),
                                                                        "head_dim": 64, "window": 32, "splits": 3}),
             Case("decode_attention", "gqa3-d64", "float32", {"seq_lens": [77, 2], "heads": (3, 1), "head_dim": 64}),
+            *_multi_query_cases(size),
         ]
     dt = "bfloat16"
     return [
@@ -69,6 +70,51 @@ def _attention_cases(size: str) -> list[Case]:
                                                               "head_dim": 128}),
         Case("decode_attention", "window4096", dt, {"seq_lens": [9000, 100, 5000], "heads": (32, 8), "head_dim": 128,
                                                         "window": 4096}),
+        *_multi_query_cases(size),
+    ]
+
+
+def _multi_query_cases(size: str) -> list[Case]:
+    """Rows of 1..8 new tokens after ragged prefixes (0 and lengths off the 64-key block included), GQA 1/3/4,
+    forced split counts (more splits than blocks too), windows, FP8 codes, and a CUDA graph's padding: rows of 0
+    tokens and flat rows no request owns (`pad_tokens`)."""
+    op = "multi_query_decode_attention"
+    if size == "small":
+        dt = "float16"
+        return [
+            Case(op, "ragged-gqa1-d64", dt, {"prefix": [0, 5, 63, 130], "extend": [3, 8, 1, 2], "heads": (2, 2),
+                                             "head_dim": 64}),
+            Case(op, "gqa4-d64-splits3", dt, {"prefix": [40, 200, 7], "extend": [4, 7, 2], "heads": (8, 2),
+                                              "head_dim": 64, "splits": 3}),
+            Case(op, "window16-gqa4-splits4", dt, {"prefix": [100, 10, 33], "extend": [5, 8, 1], "heads": (4, 1),
+                                                   "head_dim": 64, "window": 16, "splits": 4}),
+            Case(op, "graph-padding-gqa4-splits2", dt, {"prefix": [70, 0, 0, 9], "extend": [8, 0, 0, 2],
+                                                        "heads": (4, 1), "head_dim": 64, "splits": 2,
+                                                        "pad_tokens": 6}),
+            Case(op, "fp8-gqa4-splits3", dt, {"prefix": [50, 3], "extend": [6, 2], "heads": (8, 2), "head_dim": 64,
+                                              "splits": 3, "fp8": True}),
+            Case(op, "fp8-window8-gqa1", dt, {"prefix": [30, 12], "extend": [3, 4], "heads": (2, 2), "head_dim": 64,
+                                              "window": 8, "splits": 2, "fp8": True}),
+            Case(op, "gqa3-d64", "float32", {"prefix": [77, 0], "extend": [5, 4], "heads": (3, 1), "head_dim": 64}),
+            Case(op, "gqa4-d128-splits8", dt, {"prefix": [130, 1], "extend": [8, 1], "heads": (4, 1),
+                                               "head_dim": 128, "splits": 8}),
+            # 32 tokens x 8 heads overflow one query tile: the extend kernel serves the launch
+            Case(op, "tile-overflow-gqa8", dt, {"prefix": [10, 30], "extend": [20, 3], "heads": (8, 1),
+                                                "head_dim": 64}),
+        ]
+    dt = "bfloat16"
+    llama = {"heads": (32, 8), "head_dim": 128}
+    return [
+        Case(op, "llama8b-b1-k4", dt, {"prefix": [1500], "extend": [4], **llama}),
+        Case(op, "llama8b-b32-ragged-k8", dt, {"prefix": [(397 * i) % 4000 for i in range(32)],
+                                               "extend": [1 + (3 * i) % 8 for i in range(32)], **llama}),
+        Case(op, "llama8b-b256-k4", dt, {"prefix": [2044] * 255 + [0], "extend": [4] * 255 + [3], **llama}),
+        Case(op, "llama8b-graph-padding-splits32", dt, {"prefix": [1023, 4095, 0, 0], "extend": [8, 3, 0, 0],
+                                                        "pad_tokens": 13, "splits": 32, **llama}),
+        Case(op, "llama8b-window512", dt, {"prefix": [1500, 0, 700], "extend": [8, 5, 2], "window": 512, **llama}),
+        Case(op, "llama8b-fp8", dt, {"prefix": [4095, 1000, 17], "extend": [4, 8, 1], "fp8": True, **llama}),
+        Case(op, "smollm2-9q3kv", "float16", {"prefix": [5000, 1, 333], "extend": [8, 2, 5], "heads": (9, 3),
+                                              "head_dim": 64}),
     ]
 
 

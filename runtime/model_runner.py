@@ -26,7 +26,7 @@ from radixgen.runtime.kv_pool import (
     kv_cache_dtype,
     kv_pool_num_slots,
 )
-from radixgen.runtime.loader import load_model
+from radixgen.runtime.loader import load_model, read_model_config
 from radixgen.runtime.model_path import check_tokenizer_source, local_model_path
 
 logger = logging.getLogger(__name__)
@@ -68,6 +68,20 @@ def resolve_model_path(config: EngineConfig) -> Path | None:
     return default_model_path(download=True)
 
 
+DRAFT_WORKSPACE_BYTES = 1 << 30  # a draft model's activations, logits and graphs, beside its weights
+
+
+def draft_model_memory(config: EngineConfig, cache_dtype: torch.dtype) -> tuple[int, int]:
+    """(KV bytes per token, bytes up front) the draft model will need once loaded: it holds a slot for each of the
+    target's, so the target's pool leaves room for both; (0, 0) without a draft model."""
+    if config.speculative_algorithm != "draft_model" or config.draft_model_path is None:
+        return 0, 0
+    draft = read_model_config(local_model_path(config.draft_model_path), config.load_format)
+    dtype_bytes = torch.empty((), dtype=cache_dtype).element_size()
+    weight_bytes = draft.num_parameters() * 2  # loaded in 16 bits (a GGUF draft is dequantized at load)
+    return draft.kv_bytes_per_token(dtype_bytes), weight_bytes + DRAFT_WORKSPACE_BYTES
+
+
 class ModelRunner:
     """Loads the model and its KV memory; `forward(batch)` returns fp32 logits of the batch's logit rows."""
 
@@ -86,7 +100,7 @@ class ModelRunner:
             self.model.pack_linear_weights(pack)
         cache_dtype = kv_cache_dtype(config.kv_cache_dtype, self.dtype, self.device)
         num_slots = kv_pool_num_slots(self.model_config, cache_dtype, self.device, config.max_total_tokens,
-                                      config.mem_fraction)
+                                      config.mem_fraction, companion=draft_model_memory(config, cache_dtype))
         self.kv_pool = KVPool.for_model(self.model_config, num_slots, cache_dtype, self.device)
         scales = self.model.checkpoint_kv_scales
         if self.kv_pool.k_scales is not None and scales is not None:
@@ -103,7 +117,8 @@ class ModelRunner:
             copies = DecodeKVCopies(mc.num_hidden_layers, mc.num_key_value_heads, mc.head_dim, self.dtype,
                                     max(self.kv_pool.nbytes(), CPU_KV_BUDGET_BYTES),
                                     self.req_to_token_pool.allocations, cascade=mc.sliding_window is None)
-        self.attention = attention_backend_for(self.model_config, self.device, self.dtype, copies)
+        self.attention = attention_backend_for(self.model_config, self.device, self.dtype, copies,
+                                               multi_query_max_tokens=config.cuda_graph_max_row_tokens)
         # Decode steps on CUDA replay captured graphs (runtime/cuda_graph_runner.py); everything else runs eagerly.
         self.graph_runner = None
         if self.device.type == "cuda" and config.cuda_graph:

@@ -10,8 +10,10 @@ v_scale) [Hkv] fp32, which the layer's store used and the backend's reads dequan
 Requests keep ForwardBatch's description, (prefix_len, extend_len) per request. `split_rows` is the one place
 that says which of them the decode kernel serves: the leading run of requests extending by one token (running
 decodes, which the scheduler puts first); the rest go through the extend kernel, which tiles many queries per
-program (a decode row there would fill a query tile with one query). A verify step's rows of 1 + k tokens would
-join the decode part once a decode kernel takes several queries per row: `Rows` counts tokens apart from rows.
+program (a decode row there would fill a query tile with one query). A backend with a multi-query decode kernel
+(decode's split-K with several new tokens per row) names the most new tokens it takes per row: an EXTEND batch
+none of whose requests extends by more (a speculative verify step, a multi-token CUDA graph's rows: 1 + k tokens
+after a cached prefix) goes through it whole, as the `multi` part. `Rows` counts tokens apart from rows.
 """
 
 from __future__ import annotations
@@ -84,18 +86,26 @@ class Rows:
 
 @dataclass(frozen=True)
 class RowSplit:
-    """A forward's requests as the decode rows (first) and the extend rows, either part possibly absent."""
+    """A forward's requests as the decode rows (first) and the extend rows, either part possibly absent; or, as
+    `multi` (the other two then None), all of them as rows of a few new tokens each."""
 
     req_to_token: torch.Tensor
     max_seq_len: int  # at least every seq_len of the forward
     decode: Rows | None
     extend: Rows | None
+    multi: Rows | None = None
 
 
-def split_rows(batch: ForwardBatch) -> RowSplit:
-    """Every request of a DECODE batch is a decode row, in an EXTEND batch the leading `num_decode_rows`. Only
-    views of the batch's tensors, except the extend part's shifted starts in a mixed batch (a DECODE batch's
-    split thus reads the batch's buffers, as a captured CUDA graph needs)."""
+def split_rows(batch: ForwardBatch, multi_query_max_tokens: int = 0) -> RowSplit:
+    """Every request of a DECODE batch is a decode row, in an EXTEND batch the leading `num_decode_rows`; but an
+    EXTEND batch whose `max_extend_len` is at most `multi_query_max_tokens` is one `multi` part. Only views of
+    the batch's tensors, except the extend part's shifted starts in a mixed batch (a DECODE batch's split, and a
+    multi part, thus read the batch's buffers, as a captured CUDA graph needs)."""
+    if batch.mode is ForwardMode.EXTEND and batch.max_extend_len <= multi_query_max_tokens:
+        multi = Rows(batch.req_pool_indices, batch.prefix_lens, batch.extend_lens, batch.seq_lens,
+                     batch.extend_start_loc, first_token=0, num_tokens=batch.num_tokens,
+                     max_extend_len=batch.max_extend_len)
+        return RowSplit(batch.req_to_token, batch.max_seq_len, None, None, multi)
     n = batch.batch_size
     nd = n if batch.mode is ForwardMode.DECODE else batch.num_decode_rows
     decode = extend = None
@@ -112,9 +122,13 @@ def split_rows(batch: ForwardBatch) -> RowSplit:
 
 
 def attend_split(q: torch.Tensor, split: RowSplit, decode: Callable[[torch.Tensor, Rows], torch.Tensor],
-                 extend: Callable[[torch.Tensor, Rows], torch.Tensor]) -> torch.Tensor:
+                 extend: Callable[[torch.Tensor, Rows], torch.Tensor],
+                 multi: Callable[[torch.Tensor, Rows], torch.Tensor] | None = None) -> torch.Tensor:
     """o for q [T, Hq, D]: the decode rows' tokens through `decode`, the extend rows' through `extend` (each
-    given its part of q and its Rows), concatenated in token order."""
+    given its part of q and its Rows), concatenated in token order; a split's `multi` part through `multi`."""
+    if split.multi is not None:
+        assert multi is not None, "a split with a multi part needs the multi-query op"
+        return multi(q, split.multi)
     if split.extend is None:
         return decode(q, split.decode) if split.decode is not None else torch.empty_like(q)
     if split.decode is None:
