@@ -7,8 +7,9 @@
     matcher.fill_mask(bitmask_row)                             # int32[ceil(V/32)], bit v = token v allowed
     matcher.advance(token_id); matcher.forced_suffix(); matcher.rollback(1)
 
-Pipeline: front ends (regex.py, ebnf.py, lark_frontend.py, json_schema*.py -> EBNF) -> ir.py -> pda.py (a
-byte-level pushdown automaton, big terminals shared, bounded repetitions fused: counted.py) -> automaton.py
+Pipeline: front ends (regex.py, ebnf.py, lark_frontend.py, json_schema*.py -> EBNF) -> ir.py (references to
+special/added tokens resolved against the vocabulary: token_refs.py) -> pda.py (a byte-level pushdown
+automaton, big terminals shared, bounded repetitions fused: counted.py) -> automaton.py
 (lazily determinized configurations) -> masks.py / token_walk.py (trie walks, cached per state) -> matcher.py
 (per request); constraint.py is the one dispatch from a request's `Constraint` (kind, source) to its front
 end; disk_cache.py keeps compiled grammars on disk; backend.py is the engine's protocol, which backends/ (XGrammar,

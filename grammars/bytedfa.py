@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -254,6 +254,36 @@ def dfa_from_bytes(literal: bytes) -> ByteDFA:
     accepting = np.zeros(n, dtype=bool)
     accepting[-1] = True
     return ByteDFA(trans, accepting)
+
+
+def dfa_from_strings(strings: Iterable[bytes]) -> ByteDFA:
+    """Exactly the given byte strings, as the minimal acyclic DFA (common prefixes and suffixes shared, so the
+    decimal spellings of a range of numbers take a few states, not one per number)."""
+    children: list[dict[int, int]] = [{}]
+    final = [False]
+    for data in sorted(set(strings)):
+        node = 0
+        for b in data:
+            nxt = children[node].get(b)
+            if nxt is None:
+                nxt = children[node][b] = len(children)
+                children.append({})
+                final.append(False)
+            node = nxt
+        final[node] = True
+    # A node's children are created after it: in reverse creation order, equal futures get one state.
+    signature: dict[tuple[bool, tuple[tuple[int, int], ...]], int] = {}
+    merged = [0] * len(children)
+    for node in range(len(children) - 1, -1, -1):
+        key = (final[node], tuple(sorted((b, merged[c]) for b, c in children[node].items())))
+        merged[node] = signature.setdefault(key, len(signature))
+    trans = np.full((len(signature), 256), DEAD, dtype=np.int32)
+    accepting = np.zeros(len(signature), dtype=bool)
+    for (is_final, moves), state in signature.items():
+        accepting[state] = is_final
+        for b, target in moves:
+            trans[state, b] = target
+    return _prune(trans, accepting, merged[0])
 
 
 def dfa_from_char_set(intervals: Sequence[tuple[int, int]], negated: bool = False) -> ByteDFA:

@@ -26,6 +26,10 @@ this, so keep the two in step:
 * Regex terminals (extension, for JSON Schema `pattern` / `format`): `/.../` holds a Python `re` pattern that
   `interegular` supports, matched in full (no anchors needed; `^`/`$` not allowed); `\\/` escapes a slash.
   Lookarounds, backreferences and the like are refused with `GrammarError`.
+* Token references (token_refs.py): `<[128010]>` (a token by id), `<[0-9,42]>` (any of these ids),
+  `<|python_tag|>` / `<[TOOL_CALLS]>` (the token of that spelling; a GrammarError when the vocabulary has
+  none), `<~"[TOOL_CALLS]">` (that token where the vocabulary has one, else the text): one token, never its
+  spelling in text.
 * Grouping `( ... )`, alternatives `a | b` (lowest precedence), sequence by juxtaposition, postfix
   `*`, `+`, `?`, `{m}`, `{m,}`, `{m,n}` (bind to the atom just before).
 * An empty alternative is allowed: `ws ::= | " " ws`.
@@ -40,6 +44,7 @@ from radixgen.grammars.bytedfa import MAX_CODEPOINT, ByteDFA, dfa_from_bytes, df
 from radixgen.grammars.errors import GrammarError
 from radixgen.grammars.ir import Alt, Expr, GrammarIR, Repeat, RuleRef, Seq, Terminal
 from radixgen.grammars.regex import regex_to_dfa
+from radixgen.grammars.token_refs import parse_token_ref, ref_end
 
 _NAME_START = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_")
 _NAME_CHARS = _NAME_START | set("0123456789-")
@@ -216,9 +221,22 @@ class _Parser:
             return inner
         if ch == "/":
             return self.regex()
+        if ch == "<":
+            return self.token_ref()
         if ch in _NAME_START:
             return RuleRef(self.read_name())
         raise self.error(f"unexpected {ch!r}")
+
+    def token_ref(self) -> Expr:
+        end = ref_end(self.text, self.pos)
+        if end is None:
+            raise self.error("'<' opens no token reference (<[id]>, <[a-b,c]>, <|name|>, <~\"text\">)")
+        try:
+            ref = parse_token_ref(self.text[self.pos:end])
+        except GrammarError as exc:
+            raise self.error(str(exc)) from None
+        self.pos = end
+        return ref
 
     def literal(self, quote: str) -> Expr:
         self.pos += 1

@@ -1,8 +1,9 @@
 """One grammar's rules inside another: EBNF text with every rule name prefixed, so several JSON Schemas (one per
 tool) and a surrounding grammar share one GBNF text without their rule names colliding.
 
-The text is scanned token by token in the dialect of `ebnf.py`: literals, character classes, `/regex/` terminals
-and comments are copied as they are; every other name (a rule's definition or a reference) gets the prefix.
+The text is scanned token by token in the dialect of `ebnf.py`: literals, character classes, `/regex/` terminals,
+token references and comments are copied as they are; every other name (a rule's definition or a reference) gets
+the prefix.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from radixgen.grammars.ebnf import parse_ebnf
 from radixgen.grammars.errors import GrammarError
 from radixgen.grammars.json_schema import json_schema_to_ebnf
 from radixgen.grammars.json_schema_report import SchemaError
+from radixgen.grammars.token_refs import ref_end
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 # JSON's three keywords as Python spells them (a pythonic tool call writes its arguments as Python literals).
@@ -70,6 +72,9 @@ def prefix_rules(text: str, prefix: str, literals: Mapping[str, str] | None = No
             end = n if end < 0 else end
             out.append(text[i:end])
             i = end
+        elif ch == "<" and (ref := ref_end(text, i)) is not None:  # a token reference (token_refs.py)
+            out.append(text[i:ref])
+            i = ref
         elif ch == "{":  # a repetition count: digits and a comma only
             end = text.index("}", i) + 1
             out.append(text[i:end])

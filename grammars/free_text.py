@@ -4,7 +4,9 @@ what follows it".
 The rules are the trigger set's Aho-Corasick automaton over characters, one rule per state: a state reads one
 character and tail-calls the next state, so the text may be as long as it likes (the automaton returns from a
 tail call into the frame below). Reading the last character of a trigger continues with that trigger's
-continuation instead, which is how a structural tag or a tool call takes over from free text.
+continuation instead, which is how a structural tag or a tool call takes over from free text. A trigger the
+model writes as one token (a marker) is not read character by character at all: its text never occurs, and
+after any text its token reference (token_refs.py) may come instead.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from radixgen.grammars.ebnf_embed import EmbeddedRules
 from radixgen.grammars.errors import GrammarError
 from radixgen.grammars.json_schema_text import literal
+from radixgen.grammars.token_refs import soft_token
 
 
 def class_char(ch: str) -> str:
@@ -60,27 +63,37 @@ def _next_state(read: str, prefixes: set[str]) -> str:
     return ""
 
 
-def text_until(prefix: str, continuations: Mapping[str, str], may_end: bool = True) -> EmbeddedRules:
+def text_until(prefix: str, continuations: Mapping[str, str], may_end: bool = True,
+               tokens: Mapping[str, str] | None = None) -> EmbeddedRules:
     """Rules (start `prefix + "0"`) for text in which no key of `continuations` occurs, except that reading one
     goes on with its value (a GBNF expression, typically a rule name). `may_end`: the text may stop anywhere
-    outside a trigger (the grammar accepts there); otherwise only a trigger's continuation ends it."""
-    triggers = list(continuations)
+    outside a trigger (the grammar accepts there); otherwise only a trigger's continuation ends it.
+
+    `tokens` are triggers a model writes as one token (markers such as `<tool_call>`): their text never occurs
+    in the free text; after any text the marker (`token_refs.soft_token`: its token where the vocabulary has
+    one, else its text) may come, going on with the value."""
+    markers = dict(tokens or {})
+    ends = {**continuations, **markers}
+    triggers = list(ends)
     check_triggers(triggers)
     machine = _automaton(triggers)
     prefixes = set(machine.states)
-    index = {s: i for i, s in enumerate(machine.states) if s not in continuations}
+    index = {s: i for i, s in enumerate(machine.states) if s not in ends}
     lines = []
     for read, i in index.items():
         alternatives = ['""'] if may_end else []
+        alternatives += [f"{soft_token(marker)} {after}" for marker, after in markers.items()]
         by_target: dict[str, list[str]] = {}
         for ch in machine.alphabet:
             target = _next_state(read + ch, prefixes)
+            if target in markers:  # the marker's text: not in free text
+                continue
             if target in continuations:
                 alternatives.append(f"{literal(ch)} {continuations[target]}")
             elif target:
                 by_target.setdefault(f"{prefix}{index[target]}", []).append(ch)
         stepping = [ch for chars in by_target.values() for ch in chars]
-        stepping += [ch for ch in machine.alphabet if _next_state(read + ch, prefixes) in continuations]
+        stepping += [ch for ch in machine.alphabet if _next_state(read + ch, prefixes) in ends]
         alternatives.append(f"[^{''.join(class_char(c) for c in stepping)}] {prefix}0")
         for rule, chars in by_target.items():
             alternatives.append(f"[{''.join(class_char(c) for c in chars)}] {rule}")

@@ -19,12 +19,13 @@ from radixgen.grammars.automaton import ByteAutomaton, DfaAutomaton, PdaAutomato
 from radixgen.grammars.bytedfa import ByteDFA
 from radixgen.grammars.disk_cache import CompiledParts, GrammarKey
 from radixgen.grammars.errors import GrammarError
-from radixgen.grammars.ir import normalize
+from radixgen.grammars.ir import GrammarIR, normalize
 from radixgen.grammars.masks import MaskCache
 from radixgen.grammars.matcher import Matcher
 from radixgen.grammars.pda import build_pda
 from radixgen.grammars.regex import regex_to_dfa
-from radixgen.grammars.vocabulary import Vocabulary
+from radixgen.grammars.token_refs import has_token_refs, reads_token_ref, resolve_token_refs, token_ref_targets
+from radixgen.grammars.vocabulary import MARKER_BYTE, Vocabulary
 
 CACHE_SIZE = 256
 
@@ -46,9 +47,12 @@ class Grammar:
         self._relaxations = relaxations
         self._narrowings = narrowings
         self._masks = MaskCache(vocab, automaton)
-        # Per state, derived once: whether any byte can follow, and the bytes every continuation starts with.
+        # Per state, derived once: whether any byte can follow, the bytes every continuation starts with, and
+        # whether a token reference can follow (token_refs.py).
         self._continues: dict[int, bool] = {}
         self._forced: dict[tuple[int, int], bytes] = {}
+        self._reads_tokens: dict[int, bool] = {}
+        self.has_token_refs = has_token_refs(automaton)
 
     @property
     def relaxations(self) -> tuple[str, ...]:
@@ -80,8 +84,28 @@ class Grammar:
             found = self._continues[state] = bool((self._row(state) >= 0).any())
         return found
 
+    def reads_token_ref(self, state: int) -> bool:
+        """A token reference may be read next from `state` (a token may be taken by its marker bytes)."""
+        if not self.has_token_refs:
+            return False
+        found = self._reads_tokens.get(state)
+        if found is None:
+            found = self._reads_tokens[state] = reads_token_ref(self.automaton, state)
+        return found
+
+    def forced_token(self, state: int) -> int | None:
+        """The token id every continuation from `state` starts with, where that is one token reference (the
+        forced bytes stop before it, being no text); None otherwise."""
+        if self.automaton.accepting(state) or not self.reads_token_ref(state):
+            return None
+        if int((self._row(state) >= 0).sum()) != 1:
+            return None
+        targets = token_ref_targets(self.automaton, state)
+        return targets[0][0] if len(targets) == 1 else None
+
     def forced_bytes(self, state: int, limit: int) -> bytes:
-        """Bytes every continuation from `state` starts with (stops where EOS or a choice is possible)."""
+        """Bytes every continuation from `state` starts with (stops where EOS, a choice or a token reference is
+        possible: a forced token is `forced_token`'s, not bytes)."""
         found = self._forced.get((state, limit))
         if found is None:
             found = self._forced[(state, limit)] = self._walk_forced(state, limit)
@@ -94,6 +118,8 @@ class Grammar:
             if live.size != 1:
                 break
             byte = int(live[0])
+            if byte == MARKER_BYTE:
+                break
             out.append(byte)
             state = int(self._row(state)[byte])
         return bytes(out)
@@ -160,6 +186,11 @@ def compile_regex(pattern: str, vocab: Vocabulary) -> Grammar:
     return _cached("regex", pattern, vocab, build)
 
 
+def _pda(ir: GrammarIR, vocab: Vocabulary) -> PdaAutomaton:
+    """The automaton of a front end's IR, its token references resolved against `vocab`."""
+    return PdaAutomaton(build_pda(normalize(resolve_token_refs(ir, vocab))))
+
+
 def compile_grammar(text: str, vocab: Vocabulary, syntax: str = "lark", start: str | None = None,
                     relaxations: tuple[str, ...] = (), narrowings: tuple[str, ...] = ()) -> Grammar:
     """A Lark (`syntax="lark"`) or EBNF/GBNF (`syntax="ebnf"`) grammar; see `ebnf.py` for the dialect.
@@ -170,12 +201,10 @@ def compile_grammar(text: str, vocab: Vocabulary, syntax: str = "lark", start: s
         from radixgen.grammars.ebnf import parse_ebnf
 
         return _cached(f"ebnf:{start or 'root'}", text, vocab,
-                       lambda: PdaAutomaton(build_pda(normalize(parse_ebnf(text, start or "root")))), relaxations,
-                       narrowings)
+                       lambda: _pda(parse_ebnf(text, start or "root"), vocab), relaxations, narrowings)
     if syntax == "lark":
         from radixgen.grammars.lark_frontend import parse_lark
 
         return _cached(f"lark:{start or 'start'}", text, vocab,
-                       lambda: PdaAutomaton(build_pda(normalize(parse_lark(text, start or "start")))), relaxations,
-                       narrowings)
+                       lambda: _pda(parse_lark(text, start or "start"), vocab), relaxations, narrowings)
     raise GrammarError(f"unknown grammar syntax {syntax!r}; use 'lark' or 'ebnf'")

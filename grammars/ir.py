@@ -1,8 +1,10 @@
 """The one grammar IR every front end (EBNF, Lark, JSON Schema via EBNF) produces.
 
-A grammar is a set of named rules; a rule body is an expression over terminals (byte-level DFAs) and rule
-references. `normalize` removes direct left recursion (rewriting `A ::= A x | y` to `A ::= y x*`) and refuses
-what the pushdown matcher cannot run: undefined rules, indirect left recursion, an unproductive start rule.
+A grammar is a set of named rules; a rule body is an expression over terminals (byte-level DFAs), rule
+references and token references (one token id, not text: resolved into terminals against a vocabulary by
+token_refs.py before `normalize`). `normalize` removes direct left recursion (rewriting `A ::= A x | y` to
+`A ::= y x*`) and refuses what the pushdown matcher cannot run: undefined rules, indirect left recursion, an
+unproductive start rule.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from radixgen.grammars.bytedfa import ByteDFA
+from radixgen.grammars.bytedfa import ByteDFA, dfa_from_bytes
 from radixgen.grammars.errors import GrammarError
 
 
@@ -56,9 +58,22 @@ class Graph:
     end: int
 
 
-Expr = Terminal | RuleRef | Seq | Alt | Repeat | Graph
+@dataclass(frozen=True)
+class TokenRef:
+    """One token rather than text (token_refs.py): one of `ids`, or the token spelling `name` in the vocabulary
+    (`fallback`: the text `name` itself where the vocabulary has no such token). Front ends write it as
+    `written`; `token_refs.resolve_token_refs` turns it into a terminal against a vocabulary."""
+
+    written: str
+    ids: tuple[int, ...] = ()
+    name: str | None = None
+    fallback: bool = False
+
+
+Expr = Terminal | RuleRef | Seq | Alt | Repeat | Graph | TokenRef
 
 EMPTY = Seq(())
+_ONE_TOKEN = dfa_from_bytes(b"\xff")  # stands for a token reference when deriving (never empty)
 
 
 @dataclass
@@ -114,6 +129,8 @@ def _derives(expr: Expr, rules: set[str], terminal: Callable[[ByteDFA], bool]) -
         return expr.end in _graph_reach(expr, lambda e: _derives(e, rules, terminal))
     if isinstance(expr, Terminal):
         return terminal(expr.dfa)
+    if isinstance(expr, TokenRef):  # one token: some bytes, never none
+        return terminal(_ONE_TOKEN)
     if isinstance(expr, RuleRef):
         return expr.name in rules
     if isinstance(expr, Seq):

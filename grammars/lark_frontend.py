@@ -5,7 +5,8 @@ BNF rules and flattened terminal regexes; we take those as they are. Matching is
 each terminal is a byte DFA matched in place, and `%ignore` terminals may appear (any number of times) before
 every terminal and at the end of the text, as llguidance and XGrammar do. Unlike lark's standard lexer there
 is no longest-match tokenization, so adjacent terminals need no separator (`lexer="dynamic_complete"` in lark
-is the closest reference). Priorities and `%declare`d terminals are not supported.
+is the closest reference). Priorities and `%declare`d terminals are not supported. Token references
+(token_refs.py: `<|python_tag|>`, `<[128010]>`) may stand in rules, as llguidance allows, not inside terminals.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from lark.load_grammar import load_grammar
 
 from radixgen.grammars.bytedfa import ByteDFA, dfa_from_bytes
 from radixgen.grammars.errors import GrammarError
-from radixgen.grammars.ir import Alt, Expr, GrammarIR, Graph, Repeat, RuleRef, Seq, Terminal
+from radixgen.grammars.ir import Alt, Expr, GrammarIR, Graph, Repeat, RuleRef, Seq, Terminal, TokenRef
 from radixgen.grammars.regex import regex_to_dfa
+from radixgen.grammars.token_refs import replace_token_refs
 
 # common.lark terminals written with lookbehind / lazy repetition, replaced by exact equivalents.
 _EXACT_REPLACEMENTS = {
@@ -91,8 +93,33 @@ def sequences_to_graph(seqs: list[tuple[Expr, ...]]) -> Expr:
     return Graph(tuple(edges), end)
 
 
+_REF_NAME = "RADIXGEN_TOKEN_REF_{}"
+_REF_MARK = "\ue000radixgentokenref"  # starts a placeholder terminal's text (found where lark inlines it)
+
+
+def _placeholders(text: str) -> tuple[str, dict[str, TokenRef]]:
+    """`text` with every token reference replaced by a placeholder terminal lark can read (defined at the
+    end), and the reference of each placeholder's name."""
+    refs: dict[str, TokenRef] = {}
+    names: dict[str, str] = {}
+
+    def name_of(ref: TokenRef) -> str:
+        found = names.get(ref.written)
+        if found is None:
+            found = names[ref.written] = _REF_NAME.format(len(refs))
+            refs[found] = ref
+        return f" {found} "
+
+    replaced = replace_token_refs(text, "lark", name_of)
+    if not refs:
+        return text, refs
+    defined = "".join(f'\n{name}: "{_REF_MARK}{i}\ue000"' for i, name in enumerate(refs))
+    return replaced + defined + "\n", refs
+
+
 def parse_lark(text: str, start: str = "start") -> GrammarIR:
     """Parse Lark grammar text into the grammar IR (not yet normalized); `GrammarError` on failure."""
+    text, refs = _placeholders(text)
     try:
         grammar, _ = load_grammar(text, "<grammar>", [], False)
         terminals, rules, ignore = grammar.compile([start], set())
@@ -102,10 +129,16 @@ def parse_lark(text: str, start: str = "start") -> GrammarIR:
         raise GrammarError(f"Lark grammar: unknown rule {exc}") from exc
 
     by_name = {t.name: t for t in terminals}
-    term_exprs: dict[str, Terminal] = {}
+    term_exprs: dict[str, Expr] = {}
     for name, term in by_name.items():
+        if name in refs:
+            term_exprs[name] = refs[name]
+            continue
         if re.fullmatch(r"__.*", name) is None and term.pattern is None:  # pragma: no cover - %declare
             raise GrammarError(f"Lark terminal {name} has no pattern (%declare is not supported)")
+        if refs and _REF_MARK in term.pattern.value:
+            raise GrammarError(f"Lark terminal {name}: a token reference cannot be used inside a terminal, only "
+                               f"in rules")
         term_exprs[name] = Terminal(_terminal_dfa(term), name)
 
     ignored: Expr | None = None

@@ -34,6 +34,7 @@ from radixgen.grammars.lookahead import lookahead_representatives
 from radixgen.grammars.pda import PdaTables, called_states
 from radixgen.grammars.suffix_walks import suffix_walk
 from radixgen.grammars.terminal_walks import TerminalHandoff, sorted_unique, terminal_top_walk
+from radixgen.grammars.token_refs import has_token_refs, token_ref_targets
 from radixgen.grammars.token_walk import WalkResult, nodes_to_mask, walk_mask, walk_trie
 from radixgen.grammars.vocabulary import Run, Vocabulary
 
@@ -178,6 +179,7 @@ class MaskCache:
         self._restored: PrecomputedMasks | None = None  # see `restore`
         self._restored_rows: dict[int, int] = {}
         self._handoff = TerminalHandoff(vocab, automaton) if isinstance(automaton, PdaAutomaton) else None
+        self._token_refs = has_token_refs(automaton)  # some state reads a token by id (token_refs.py)
 
     def precompute(self) -> None:
         """Walk the trie from every grammar position (each PDA state with bytes, as a relative top frame)
@@ -279,7 +281,8 @@ class MaskCache:
         return state in self._masks
 
     def mask(self, state: int) -> np.ndarray:
-        """Packed allowed-token row for `state` (EOS set iff accepting). Read-only; shared."""
+        """Packed allowed-token row for `state` (EOS set iff accepting, and the tokens it reads as token
+        references). Read-only; shared."""
         found = self._masks.get(state)
         if found is not None:
             return found
@@ -289,6 +292,9 @@ class MaskCache:
             packed = nodes_to_mask(self.vocab, walk_trie(self.automaton, state, self.vocab.trie).alive_nodes)
         if self.automaton.accepting(state):
             packed |= self.vocab.eos_mask
+        if self._token_refs:  # the tokens this state reads by id (token_refs.py)
+            for tid, _ in token_ref_targets(self.automaton, state):
+                packed[tid >> 5] |= np.int32(np.uint32(1 << (tid & 31)).view(np.int32))
         packed.flags.writeable = False
         with self._lock:
             self._masks.setdefault(state, packed)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from radixgen.grammars.automaton import DEAD
+from radixgen.grammars.token_refs import marker_bytes
 
 if TYPE_CHECKING:
     from radixgen.grammars.grammar import Grammar
@@ -84,18 +85,24 @@ class Matcher:
         return self._next(token_id) is not None
 
     def _next(self, token_id: int) -> _Position | None:
+        """The position after `token_id`: read as a token reference where the grammar names it here (its
+        marker bytes, token_refs.py), else as EOS where the text is complete, else as its text."""
         pos = self._history[-1]
-        vocab = self._grammar.vocab
+        grammar = self._grammar
+        vocab = grammar.vocab
         if pos.eos_accepted or not 0 <= token_id < vocab.size:
             return None
+        if grammar.reads_token_ref(pos.state):
+            nxt = grammar.automaton.step(pos.state, marker_bytes(token_id))
+            if nxt != DEAD:
+                return _Position(nxt, False)
         if token_id in vocab.special_ids:
-            if token_id in vocab.eos_token_ids and self._grammar.automaton.accepting(pos.state):
+            if token_id in vocab.eos_token_ids and grammar.automaton.accepting(pos.state):
                 return _Position(pos.state, True)
             return None
-        data = vocab.token_bytes[token_id]
-        if not data:
+        if token_id in vocab.text_excluded or not vocab.token_bytes[token_id]:
             return None
-        nxt = self._grammar.automaton.step(pos.state, data)
+        nxt = grammar.automaton.step(pos.state, vocab.token_bytes[token_id])
         return None if nxt == DEAD else _Position(nxt, False)
 
     def advance(self, token_id: int) -> bool:
@@ -118,11 +125,18 @@ class Matcher:
         return True
 
     def forced_suffix(self) -> bytes:
-        """The bytes every valid continuation starts with (empty when EOS or two bytes are possible)."""
+        """The bytes every valid continuation starts with (empty when EOS or two bytes are possible; never a
+        token reference's marker bytes)."""
         pos = self._history[-1]
         if pos.eos_accepted:
             return b""
         return self._grammar.forced_bytes(pos.state, MAX_FORCED_BYTES)
+
+    def forced_token(self) -> int | None:
+        """The token every valid continuation starts with, where the grammar names one token there (a special
+        or added token: `forced_suffix` stops before it); None otherwise. Jump-forward appends it as an id."""
+        pos = self._history[-1]
+        return None if pos.eos_accepted else self._grammar.forced_token(pos.state)
 
     def rollback(self, n_tokens: int) -> None:
         """Undo the last `n_tokens` accepted tokens (byte chunks from `advance_bytes` count as one)."""

@@ -6,11 +6,15 @@ text goes on after it.
      "structures": [{"begin": "<function=get_weather>", "schema": {...}, "end": "</function>"}],
      "triggers": ["<function="]}
 
-Every structure's `begin` starts with exactly one trigger, and no trigger occurs inside another.
+Every structure's `begin` starts with exactly one trigger, and no trigger occurs inside another. Marker-like
+pieces of the texts (`<tool_call>`, `<|python_tag|>`, `[TOOL_CALLS]`: `MARKER`) are written as their single
+tokens where the model's vocabulary has them, as text elsewhere (token_refs.py); a trigger that is one such
+marker never occurs as text in the free text, its token opens the region.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +23,9 @@ from radixgen.grammars.ebnf_embed import embed_json_schema
 from radixgen.grammars.errors import GrammarError
 from radixgen.grammars.free_text import check_triggers, text_until
 from radixgen.grammars.json_schema_text import literal
+from radixgen.grammars.token_refs import soft_token
+
+MARKER = re.compile(r"<[^<>\s]+>|\[[A-Z][A-Z0-9_]*\]")  # a text a tokenizer may hold as one added token
 
 
 @dataclass(frozen=True)
@@ -86,14 +93,29 @@ def structural_tag_rules(tag: StructuralTag, prefix: str = "st-", where: str = "
         body = embed_json_schema(item.schema, f"{prefix}s{i}-", f"{where}.structures[{i}].schema")
         lines.append(body.text.rstrip("\n"))
         rest = item.begin[len(owner[0]):]
-        head = f"{literal(rest)} " if rest else ""
-        by_trigger[owner[0]].append(f"{head}{body.start} {literal(item.end) + ' ' if item.end else ''}{text_start}")
-    continuations = {}
+        head = f"{spelled(rest)} " if rest else ""
+        by_trigger[owner[0]].append(f"{head}{body.start} {spelled(item.end) + ' ' if item.end else ''}{text_start}")
+    continuations: dict[str, str] = {}
+    tokens: dict[str, str] = {}
     for j, (trigger, alternatives) in enumerate(by_trigger.items()):
         if not alternatives:
             raise GrammarError(f"{where}.triggers[{j}]: {trigger!r} begins no structure")
         rule = f"{prefix}tag-{j}"
         lines.append(f"{rule} ::= " + " | ".join(alternatives))
-        continuations[trigger] = rule
-    text = text_until(f"{prefix}text-", continuations)
+        (tokens if MARKER.fullmatch(trigger) else continuations)[trigger] = rule
+    text = text_until(f"{prefix}text-", continuations, tokens=tokens)
     return text.start, text.text + "\n".join(lines) + "\n"
+
+
+def spelled(text: str) -> str:
+    """GBNF for `text` with its marker-like pieces (`<tool_call>`, `<|python_tag|>`, `[TOOL_CALLS]`) written as
+    their single tokens where the vocabulary has them (`token_refs.soft_token`), the rest as text."""
+    parts, pos = [], 0
+    for match in MARKER.finditer(text):
+        if match.start() > pos:
+            parts.append(literal(text[pos:match.start()]))
+        parts.append(soft_token(match.group()))
+        pos = match.end()
+    if pos < len(text):
+        parts.append(literal(text[pos:]))
+    return " ".join(parts) if parts else '""'

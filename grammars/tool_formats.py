@@ -12,6 +12,11 @@ Formats (`TOOL_FORMATS`), with the text that opens a tool-call section (its trig
 Tool choice: `required` (at once a call of any function), `named` (at once a call of that one), `auto` (free
 text without the trigger; once the trigger appears the rest is calls), `none` (no constraint: no grammar).
 With `parallel` several calls may follow one another, else exactly one.
+
+The markers `<tool_call>`, `</tool_call>` and `[TOOL_CALLS]` are single tokens in the checkpoints that use them
+(Mistral's is a control token, Qwen's are added tokens), so the grammar names them as tokens where the
+vocabulary has them and as text elsewhere (`token_refs.soft_token`): the model writes its own token, never a
+spelling of it, and free text never holds a marker's text.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from radixgen.grammars.ebnf_embed import PYTHON_KEYWORDS, ToolSchemaError, embed
 from radixgen.grammars.errors import GrammarError
 from radixgen.grammars.free_text import text_until
 from radixgen.grammars.json_schema_text import literal
+from radixgen.grammars.token_refs import soft_token
 
 ToolFormat = Literal["hermes", "llama3", "mistral", "pythonic"]
 TOOL_FORMATS: tuple[ToolFormat, ...] = get_args(ToolFormat)
@@ -65,19 +71,22 @@ class ToolChoice:
 class FormatSpelling:
     """How a format writes a section of calls: `trigger` opens it, calls are joined by `separator` (each later
     call opening with `call_open`), `close` ends it; `arguments_key` names the JSON field holding the
-    arguments (None: Python keyword arguments)."""
+    arguments (None: Python keyword arguments); `marker`: the start of `trigger` a model writes as one token
+    ("" when none)."""
 
     trigger: str
     call_open: str
     separator: str
     close: str
     arguments_key: str | None
+    marker: str = ""
 
 
+HERMES_OPEN, HERMES_CLOSE = "<tool_call>", "</tool_call>"
 SPELLINGS: dict[ToolFormat, FormatSpelling] = {
-    "hermes": FormatSpelling("<tool_call>", "<tool_call>", "\n", "", "arguments"),
+    "hermes": FormatSpelling(HERMES_OPEN, HERMES_OPEN, "\n", "", "arguments", HERMES_OPEN),
     "llama3": FormatSpelling('{"name": ', '{"name": ', "; ", "", "parameters"),
-    "mistral": FormatSpelling("[TOOL_CALLS][", "", ", ", "]", "arguments"),
+    "mistral": FormatSpelling("[TOOL_CALLS][", "", ", ", "]", "arguments", "[TOOL_CALLS]"),
     "pythonic": FormatSpelling("[", "", ", ", "]", None),
 }
 
@@ -145,8 +154,8 @@ def _calls(functions: Sequence[FunctionSpec], fmt: ToolFormat, prefix: str, rule
     rules.append(f'{body} ::= "{{\\"name\\": " {named}')
     if fmt == "hermes":  # <tool_call>\n{...}\n</tool_call>
         block = f"{prefix}block"
-        rules.append(f'{block} ::= "\\n"? {body} "\\n"? "</tool_call>"')
-        return f'"<tool_call>" {block}', block
+        rules.append(f'{block} ::= "\\n"? {body} "\\n"? {soft_token(HERMES_CLOSE)}')
+        return f"{soft_token(HERMES_OPEN)} {block}", block
     if fmt == "llama3":  # the trigger is the call's `{"name": `
         return body, named
     return body, body
@@ -189,13 +198,18 @@ def tool_call_rules(functions: Sequence[FunctionSpec], fmt: ToolFormat, choice: 
             raise GrammarError(f"tool_choice names {choice.name!r}, which is not a declared function ({names})")
     rules: list[str] = []
     section = _section(chosen, fmt, parallel, prefix, rules)
-    trigger = SPELLINGS[check_format(fmt)].trigger
+    spelling = SPELLINGS[check_format(fmt)]
+    rest = spelling.trigger[len(spelling.marker):]  # the trigger's text after its marker token
+    after_marker = f"{literal(rest)} {section}" if rest else section
     if choice.mode == "auto":
-        text = text_until(f"{prefix}text-", {trigger: section})
+        text = (text_until(f"{prefix}text-", {}, tokens={spelling.marker: after_marker}) if spelling.marker
+                else text_until(f"{prefix}text-", {spelling.trigger: section}))
         rules.append(text.text)
         start = text.start
+    elif spelling.marker:
+        start = f"{soft_token(spelling.marker)} {after_marker}"
     else:
-        start = f"{literal(trigger)} {section}"
+        start = f"{literal(spelling.trigger)} {section}"
     return start, "\n".join(r.rstrip("\n") for r in rules) + "\n"
 
 
@@ -209,7 +223,7 @@ def format_calls(fmt: ToolFormat, calls: Sequence[tuple[str, Mapping[str, Any]]]
             pieces.append(f"{name}(" + ", ".join(f"{k}={_python_literal(v)}" for k, v in arguments.items()) + ")")
             continue
         body = json.dumps({"name": name, spelling.arguments_key: dict(arguments)}, ensure_ascii=False)
-        pieces.append(f"<tool_call>\n{body}\n</tool_call>" if fmt == "hermes" else body)
+        pieces.append(f"{HERMES_OPEN}\n{body}\n{HERMES_CLOSE}" if fmt == "hermes" else body)
     joined = spelling.separator.join(pieces)
     opening = spelling.trigger[:len(spelling.trigger) - len(spelling.call_open)]
     return opening + joined + spelling.close

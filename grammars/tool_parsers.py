@@ -19,6 +19,7 @@ from radixgen.grammars.tool_formats import SPELLINGS, ToolFormat
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _PY_CALL = re.compile(r"\s*(?:,\s*)?([A-Za-z_][A-Za-z0-9_.-]*)\(")
 _JSON_CALL_OPEN = '{"name": '
+PYTHON_TAG = "<|python_tag|>"
 
 
 @dataclass(frozen=True)
@@ -64,17 +65,60 @@ def held_back(text: str, marker: str) -> int:
 
 
 def parse_tool_output(text: str, fmt: ToolFormat, final: bool = True) -> ToolParse:
-    trigger = SPELLINGS[fmt].trigger
+    """The content and calls of `text` (a whole output, or a prefix of one unless `final`).
+
+    A format's marker token (Mistral's `[TOOL_CALLS]`, Hermes' `<tool_call>`) arrives as its text, or not at all
+    where the detokenizer skips special tokens: without it, the section starts at the first call spelled in
+    the format's exact layout (`[{"name": "f", "arguments": ` for Mistral, `{"name": "f", "arguments": ` for
+    Hermes). Llama 3.1's `<|python_tag|>` before a call is not content."""
+    spelling = SPELLINGS[fmt]
+    trigger = spelling.trigger
     at = text.find(trigger)
+    after = at + len(trigger)
+    hold = held_back(text, trigger)
+    if at < 0 and spelling.marker:
+        bare = trigger[len(spelling.marker):]
+        at, bare_hold = _bare_section(text, bare, spelling.arguments_key or "", final)
+        after = at + len(bare)
+        hold = max(hold, bare_hold)
     if at < 0:
-        keep = len(text) if final else len(text) - held_back(text, trigger)
+        keep = len(text) if final else len(text) - hold
         return ToolParse(text[:keep], (), False)
-    section = text[at + len(trigger):]
+    section = text[after:]
+    content = text[:at]
     if fmt == "pythonic":
-        return ToolParse(text[:at], tuple(_python_calls(section)), True)
+        return ToolParse(content, tuple(_python_calls(section)), True)
     if fmt == "llama3":
         section = _JSON_CALL_OPEN + section
-    return ToolParse(text[:at], tuple(_json_calls(section, SPELLINGS[fmt].arguments_key or "")), True)
+        content = content.removesuffix(PYTHON_TAG)
+    return ToolParse(content, tuple(_json_calls(section, spelling.arguments_key or "")), True)
+
+
+def _bare_section(text: str, bare: str, key: str, final: bool) -> tuple[int, int]:
+    """(where a section whose marker was skipped starts, or -1; how many characters at the end to hold back
+    because they may still become one): the first `bare` + `{"name": "...", "<key>": ` in the text."""
+    opening = bare + _JSON_CALL_OPEN
+    after_name = f', "{key}": '
+    at = text.find(opening)
+    while at >= 0:
+        name_at = at + len(opening)
+        match = _JSON_STRING.match(text, name_at)
+        if match is None:
+            if not final and _open_string(text[name_at:]):
+                return -1, len(text) - at
+        else:
+            rest = text[match.end():]
+            if rest.startswith(after_name):
+                return at, 0
+            if not final and after_name.startswith(rest):
+                return -1, len(text) - at
+        at = text.find(opening, at + 1)
+    return -1, 0 if final else held_back(text, opening)
+
+
+def _open_string(text: str) -> bool:
+    """`text` is the start of a JSON string that has not closed yet (or nothing at all)."""
+    return text == "" or (text[0] == '"' and _JSON_STRING.match(text) is None and "\n" not in text)
 
 
 def _closing(text: str, start: int, depth: int) -> int | None:

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 WALK_CACHE_BYTES = 1 << 30  # default budget of the per-vocabulary terminal walk cache (lru.py); the
 # 400 sample schemas of benchmarks/grammar_bench.py fill about 570 MiB with Qwen3, 160 MiB with GPT-2
 PRECOMPUTE_S = 0.15  # default CPU seconds one compile spends walking grammar positions ahead of use (masks.py)
+MARKER_BYTE = 0xFF  # starts the bytes a token reference reads (token_refs.py); never in UTF-8 text
 LONG_TOKENS = 16  # at most this many longest tokens are checked one by one where masks are shared (masks.py)
 
 
@@ -50,11 +51,11 @@ def unpack_bitmask(row: np.ndarray, vocab_size: int) -> np.ndarray:
 
 @dataclass(frozen=True, eq=False)
 class TokenTrie:
-    """Every prefix of every (non-special) token, numbered in breadth-first, lexicographic order.
+    """Every prefix of every text token, numbered in breadth-first, lexicographic order.
 
     Node 0 is the empty prefix. The children of a node are contiguous: `child_start[n] .. + child_count[n]`,
     and the nodes of depth d are `level_start[d] .. level_start[d+1]`. `token_node[v]` is the node spelling
-    token v, or -1 for tokens that never appear inside constrained text (specials, empty byte strings).
+    token v, or -1 for tokens that are never read as text (`Vocabulary.text_excluded`, empty byte strings).
     """
 
     node_byte: np.ndarray  # uint8[N]: the last byte of the node's prefix (0 for the root)
@@ -167,9 +168,11 @@ def as_run(data: bytes, max_unit: int = 8) -> Run:
 class Vocabulary:
     """The byte string of every token id, plus which ids are EOS and which are special.
 
-    Special tokens (EOS included) are never allowed inside constrained text; EOS is allowed only where the
-    constraint accepts. The trie and a padded byte matrix are built once, lazily, and cached here, so every
-    grammar compiled against this object shares them.
+    Special tokens (EOS included) are never read as text: they are allowed only where a grammar names them as
+    tokens (token_refs.py), and EOS also where the constraint accepts. Tokens holding byte 0xFF (never in
+    UTF-8 text) are not read as text either, so no token can spell the marker bytes a token reference reads.
+    The trie and a padded byte matrix are built once, lazily, and cached here, so every grammar compiled
+    against this object shares them.
     """
 
     def __init__(self, token_bytes: Sequence[bytes], eos_token_ids: Iterable[int],
@@ -194,6 +197,8 @@ class Vocabulary:
         for tid in self.special_ids:
             if not 0 <= tid < len(self.token_bytes):
                 raise ValueError(f"special/eos token id {tid} outside the vocabulary of {self.size}")
+        self.text_excluded: frozenset[int] = self.special_ids | frozenset(
+            v for v, t in enumerate(self.token_bytes) if MARKER_BYTE in t)
 
     @property
     def size(self) -> int:
@@ -219,7 +224,20 @@ class Vocabulary:
 
     @cached_property
     def trie(self) -> TokenTrie:
-        return TokenTrie.build(self.token_bytes, self.special_ids)
+        return TokenTrie.build(self.token_bytes, self.text_excluded)
+
+    @cached_property
+    def _id_by_bytes(self) -> dict[bytes, int]:
+        """Per spelling, the lowest special id of it, else the lowest id."""
+        found = dict(zip(reversed(self.token_bytes), range(self.size - 1, -1, -1)))
+        found.update((self.token_bytes[v], v) for v in sorted(self.special_ids, reverse=True))
+        found.pop(b"", None)
+        return found
+
+    def token_id_of(self, text: str) -> int | None:
+        """The one token spelling exactly `text`: a special token first, else the lowest id of that spelling
+        (an added token, such as Qwen's `<tool_call>`); None when no single token spells it."""
+        return self._id_by_bytes.get(text.encode("utf-8"))
 
     @cached_property
     def subtree_sizes(self) -> np.ndarray:
@@ -245,7 +263,7 @@ class Vocabulary:
         `split` is the shortest length leaving at most LONG_TOKENS of them. Masks of states that only agree
         for `split` bytes are shared for the short tokens and checked token by token for these few.
         Each long token is (id, bytes, index of an earlier long token that is a prefix of it, or -1)."""
-        lengths = np.array([0 if i in self.special_ids else len(t) for i, t in enumerate(self.token_bytes)],
+        lengths = np.array([0 if i in self.text_excluded else len(t) for i, t in enumerate(self.token_bytes)],
                            dtype=np.int64)
         by_length = np.sort(lengths)[::-1]
         split = int(by_length[LONG_TOKENS]) if by_length.size > LONG_TOKENS else 0
@@ -288,7 +306,7 @@ class Vocabulary:
         (the longest one), or None. A string can only be read if its prefixes can, so where a mask that is
         exact up to `split` bytes refuses the witness, it refuses the long token too (masks.py)."""
         split, entries, _ = self.long_tokens
-        by_bytes = {tok: i for i, tok in enumerate(self.token_bytes) if tok and i not in self.special_ids}
+        by_bytes = {tok: i for i, tok in enumerate(self.token_bytes) if tok and i not in self.text_excluded}
         return tuple(next((by_bytes[data[:k]] for k in range(min(split, len(data)), 0, -1)
                            if data[:k] in by_bytes), None) for _, data, _ in entries)
 

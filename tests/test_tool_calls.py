@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 
 import jsonschema
 import numpy as np
@@ -70,6 +71,34 @@ def test_format_grammar_accepts(fmt, choice, parallel, build, accepted):
     tool_choice = ToolChoice("named", "get_time") if choice == "named" else ToolChoice(choice)
     grammar = tool_call_ebnf([WEATHER, TIME], fmt, tool_choice, parallel)
     assert accepts(grammar, build(fmt)) is accepted
+
+
+# A byte vocabulary in which the markers are single tokens: Mistral's a special one, Qwen's two added ones.
+MARKERS = {"[TOOL_CALLS]": 257, "<tool_call>": 258, "</tool_call>": 259}
+MARKED = Vocabulary([bytes([b]) for b in range(256)] + [b"<eos>", *(m.encode() for m in MARKERS)],
+                    eos_token_ids=[256], special_ids=[257])
+
+
+def marked_ids(text: str) -> list[int]:
+    """`text` as the tokenizer would give it: each marker as its token, the rest byte by byte."""
+    ids: list[int] = []
+    for piece in re.split("(" + "|".join(re.escape(m) for m in MARKERS) + ")", text):
+        ids += [MARKERS[piece]] if piece in MARKERS else list(piece.encode())
+    return ids
+
+
+@pytest.mark.parametrize("fmt", TOOL_FORMATS)
+@pytest.mark.parametrize("choice", ["auto", "required"])
+def test_markers_are_their_tokens_where_the_vocabulary_has_them(fmt, choice):
+    grammar = tool_call_ebnf([WEATHER, TIME], fmt, ToolChoice(choice))
+    text = ("Let me see. " if choice == "auto" else "") + format_calls(fmt, [PARIS, NOW])
+    m = compile_grammar(grammar, MARKED, syntax="ebnf").matcher()
+    assert all(m.advance(t) for t in marked_ids(text)) and m.is_accepting()
+    spelled = compile_grammar(grammar, MARKED, syntax="ebnf").matcher()
+    has_marker = any(marker in text for marker in MARKERS)
+    assert (spelled.advance_bytes(text.encode()) and spelled.is_accepting()) is not has_marker
+    parsed = parse_tool_output(text, fmt)
+    assert [(c.name, json.loads(c.arguments)) for c in parsed.complete_calls] == [PARIS, NOW]
 
 
 def test_none_has_no_grammar_and_bad_choices_are_refused():

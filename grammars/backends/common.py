@@ -1,16 +1,21 @@
 """What the peer backends' adapters share: bounded caches (grammars/lru.py), their tokenizer object per
-vocabulary, the mask row view their fills write into, their empty reports, and the refusal of a constraint kind
-a peer lacks."""
+vocabulary, the mask row view their fills write into, their empty reports, the refusal of a constraint kind
+a peer lacks, and grammar sources without radixgen's token references (token_refs.py)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
 import numpy as np
 
 from radixgen.grammars.backend import Encode
+from radixgen.grammars.errors import GrammarError
+from radixgen.grammars.ir import TokenRef
+from radixgen.grammars.json_schema_text import literal
 from radixgen.grammars.lru import ByteLru
+from radixgen.grammars.token_refs import Syntax, replace_token_refs
 from radixgen.grammars.vocabulary import Vocabulary
 
 
@@ -18,6 +23,23 @@ def unsupported_kind(backend: str, kind: str, why: str) -> ValueError:
     """The error of a constraint kind a backend cannot compile (it becomes the request's 400)."""
     return ValueError(f"the {backend} grammar backend does not support {kind!r} constraints ({why}); "
                       f"use grammar_backend='radixgen'")
+
+
+def peer_source(backend: str, source: str, syntax: Syntax, reads_refs: bool = False) -> str:
+    """A grammar source as a peer reads it: a fallback token reference (`<~"[TOOL_CALLS]">`, what tool-call
+    and structural-tag grammars write) becomes its text, as before token references (a peer's vocabulary
+    holds special tokens as nothing it could write); any other reference is kept where the peer reads it
+    itself (`reads_refs`: llguidance's Lark) and refused otherwise."""
+
+    def replace(ref: TokenRef) -> str:
+        if ref.fallback and ref.name is not None:
+            return literal(ref.name) if syntax == "ebnf" else json.dumps(ref.name, ensure_ascii=False)
+        if reads_refs:
+            return ref.written
+        raise GrammarError(f"the {backend} grammar backend cannot read the token reference {ref.written} "
+                           f"(use grammar_backend='radixgen')")
+
+    return replace_token_refs(source, syntax, replace)
 
 
 V = TypeVar("V")

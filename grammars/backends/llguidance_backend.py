@@ -17,7 +17,7 @@ import llguidance.numpy as llg_numpy
 import numpy as np
 
 from radixgen.grammars.backend import Encode, GrammarBackendName
-from radixgen.grammars.backends.common import NoReports, PerVocabulary, get_or_build, mask_view
+from radixgen.grammars.backends.common import NoReports, PerVocabulary, get_or_build, mask_view, peer_source
 from radixgen.grammars.constraint import Constraint
 from radixgen.grammars.errors import GrammarError
 from radixgen.grammars.lru import ByteLru
@@ -70,8 +70,8 @@ def _grammar_text(constraint: Constraint) -> str:
     if kind == "json_schema":
         return str(llg.LLMatcher.grammar_from_json_schema(source, defaults=JSON_LAYOUT))
     if kind == "ebnf":
-        return str(llg.grammar_from("gbnf", source))
-    return str(llg.LLMatcher.grammar_from_lark(source))
+        return str(llg.grammar_from("gbnf", peer_source("llguidance", source, "ebnf")))
+    return str(llg.LLMatcher.grammar_from_lark(peer_source("llguidance", source, "lark", reads_refs=True)))
 
 
 class LLGuidanceBackend:

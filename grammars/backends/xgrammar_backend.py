@@ -16,7 +16,7 @@ import numpy as np
 import xgrammar as xgr
 
 from radixgen.grammars.backend import Encode, GrammarBackendName
-from radixgen.grammars.backends.common import NoReports, PerVocabulary, mask_view, unsupported_kind
+from radixgen.grammars.backends.common import NoReports, PerVocabulary, mask_view, peer_source, unsupported_kind
 from radixgen.grammars.constraint import Constraint
 from radixgen.grammars.errors import GrammarError
 from radixgen.grammars.matcher import copy_mask
@@ -58,9 +58,11 @@ class XGrammarBackend:
                 compiled = self._compiler.compile_json_schema(source, any_whitespace=False, separators=(", ", ": "),
                                                               strict_mode=False)
             elif kind == "ebnf":
-                compiled = self._compiler.compile_grammar(source, root_rule_name="root")
+                compiled = self._compiler.compile_grammar(peer_source("xgrammar", source, "ebnf"),
+                                                          root_rule_name="root")
             else:
-                compiled = self._compiler.compile_grammar(xgr.Grammar.from_lark(source))
+                compiled = self._compiler.compile_grammar(xgr.Grammar.from_lark(peer_source("xgrammar", source,
+                                                                                            "lark")))
         except RuntimeError as exc:  # XGrammar reports every syntax and schema error as a RuntimeError
             raise GrammarError(f"xgrammar: {_LOCATION.sub('', str(exc)).strip()}") from exc
         return XGrammarGrammar(compiled, self.vocab)
