@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from radixgen.grammars.constraint import Constraint
+from radixgen.lang.beams import BeamArgs, beam_spec, check_no_beam_args
 from radixgen.lang.choices import check_method
 from radixgen.lang.expr import Expr, ExprList, Gen, RoleBegin, RoleEnd, Select, check_choices, role_expr
 from radixgen.lang.schema import schema_text
@@ -46,11 +47,19 @@ def gen(
     tool_format: str = "hermes",
     parallel_tool_calls: bool = True,
     best_of: int | None = None,
+    num_beams: int | None = None,
+    length_penalty: float | None = None,
+    early_stopping: bool | str | None = None,
+    num_return_sequences: int | None = None,
+    no_repeat_ngram_size: int | None = None,
 ) -> Expr:
     """Generate a span named `name`. With `choices` it is a `select`; at most one of regex / json_schema /
     grammar / dtype constrains the output. `n > 1` samples n answers after the same text: the variable holds
     the list, the text continues with the first; `best_of > n` samples best_of answers and keeps the n of
-    highest cumulative logprob, best first (vLLM's `best_of`). `logprob_start_len` and `return_text_in_logprobs`
+    highest cumulative logprob, best first (vLLM's `best_of`). `num_beams > 1` runs a beam search
+    (transformers' `length_penalty`, `early_stopping`, `no_repeat_ngram_size`; temperature 0): the variable holds
+    the best beam's text, or with `num_return_sequences` (or `n`) > 1 the list of the best beams, best first, the
+    text continuing with the best. `logprob_start_len` and `return_text_in_logprobs`
     are accepted so that SGLang programs run unchanged; a gen's logprobs always start at its first generated
     token.
 
@@ -91,6 +100,11 @@ def gen(
         frequency_penalty=frequency_penalty, presence_penalty=presence_penalty, ignore_eos=ignore_eos,
         return_logprob=return_logprob, top_logprobs_num=top_logprobs_num, constraint=constraint,
     )
+    beams = BeamArgs(num_beams, length_penalty, early_stopping, num_return_sequences, no_repeat_ngram_size)
+    if beams.searches:
+        beam = beam_spec(spec, beams, n, best_of)
+        return Gen(name, beam, dtype, beam.num_return_sequences, gen_tools)
+    check_no_beam_args(beams)
     return Gen(name, spec, dtype, n or 1, gen_tools, best_of)
 
 

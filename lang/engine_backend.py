@@ -39,7 +39,8 @@ class EngineBackend(Backend):
         return GenResult(out["text"], out["meta_info"])
 
     def generate_batch(self, prompts: Sequence[str], specs: Sequence[GenSpec]) -> list[GenResult | Exception]:
-        """One engine call for all prompts, so the scheduler sees them together (same step where they fit)."""
+        """One engine call for all prompts, so the scheduler sees them together (same step where they fit); one
+        result per returned sequence, so a beam search returning several beams gives them all, best first."""
         if not prompts:
             return []
         logprob = any(s.return_logprob for s in specs)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from radixgen.lang.backend import Backend, GenResult, ModelCallError, SelectResult
+from radixgen.lang.beams import BeamGenSpec, beam_answers
 from radixgen.lang.best_of import best_answers
 from radixgen.lang.chat_template import RoleTemplate
 from radixgen.lang.expr import (
@@ -184,7 +185,9 @@ class StreamExecutor:
     def _gen(self, item: Gen) -> None:
         spec = item.spec.with_defaults(self.defaults)
         prompt = self.text
-        if item.num_samples > 1:
+        if isinstance(spec, BeamGenSpec):
+            self._gen_beams(item, prompt, spec)
+        elif item.num_samples > 1:
             self._gen_n(item, prompt, spec)
         elif self.stream:
             text, meta = "", {}
@@ -213,11 +216,22 @@ class StreamExecutor:
         answers = [r for r in results if isinstance(r, GenResult)]
         if picks_best:
             answers = best_answers(answers, item.n, keep_logprobs=bool(spec.return_logprob))
-        if item.n == 1:
-            self.record_gen(item, prompt, answers[0].text, answers[0].meta_info)
-            return
+        self._record_answers(item, prompt, answers)
+
+    def _gen_beams(self, item: Gen, prompt: str, spec: BeamGenSpec) -> None:
+        """`gen(num_beams=k)`: one model call whose returned beams, best first, are the answers. Never streamed
+        (the best beams are known only at the end) and without token logprobs (each beam's meta info has its
+        `beam_score` and `cumulative_logprob`), whatever the run's defaults ask."""
+        spec = dataclasses.replace(spec, return_logprob=False, top_logprobs_num=None)
+        spec.to_sampling_params()  # SamplingParams' rules with the run's defaults filled in, for every backend
+        results = self.backend.generate_batch([prompt], [spec])
+        self._record_answers(item, prompt, beam_answers(results, spec.num_return_sequences))
+
+    def _record_answers(self, item: Gen, prompt: str, answers: list[GenResult]) -> None:
+        """Record a gen's answers, best first: the text continues with the first; with n > 1 the variable holds
+        them all (`n_meta_info`: each one's meta info)."""
         self.record_gen(item, prompt, answers[0].text, answers[0].meta_info)
-        if item.name is not None:
+        if item.n > 1 and item.name is not None:
             self.set_var(item.name, [convert_dtype(r.text, item.dtype) for r in answers])
             self.meta_info[item.name] = {**answers[0].meta_info, "n_meta_info": [r.meta_info for r in answers]}
 

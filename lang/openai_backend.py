@@ -4,13 +4,16 @@ The program's text is sent as a raw completion prompt, so chat roles need the mo
 `role_template=` (e.g. `chat_template.CHATML`); there is no portable way to ask an OpenAI server for it.
 Constraints travel as extra body fields (`regex`, `json_schema`, `ebnf`, `grammar`), which radixgen, SGLang and
 vLLM servers accept; others answer with an error, reported as such. `select` needs `echo` with `logprobs`
-(prompt-token logprobs); servers without it get a clear error. There is no cache to prefill.
+(prompt-token logprobs); servers without it get a clear error. There is no cache to prefill. A beam search
+(`gen(num_beams=...)`) goes in vLLM's form, `use_beam_search` with `n` and `best_of` (`_beam_fields`); its beams
+come back as the choices, without scores.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from radixgen.lang.backend import Backend, GenResult, ModelCallError, SelectResult, StreamDelta
@@ -19,6 +22,30 @@ from radixgen.lang.choices import check_method, decide, needs_unconditional
 from radixgen.lang.http import HttpClient
 from radixgen.lang.spec import GenSpec
 from radixgen.runtime.sampling_params import OPENAI_NAMES
+
+
+def _beam_fields(options: dict[str, Any]) -> dict[str, Any]:
+    """Takes the beam options out of `options` and gives their OpenAI-server form: vLLM's `use_beam_search`, `n`
+    beams returned of `best_of` (the width; left out when every beam is returned, the width current vLLM takes
+    from `n`), `length_penalty` and `early_stopping` when not the defaults, and radixgen's
+    `no_repeat_ngram_size` when set. Empty without a beam search."""
+    width = options.pop("num_beams", 1)
+    returned = options.pop("num_return_sequences", None) or 1
+    length_penalty = options.pop("length_penalty", 1.0)
+    early_stopping = options.pop("early_stopping", False)
+    ngram = options.pop("no_repeat_ngram_size", 0)
+    if width <= 1:
+        return {}
+    fields: dict[str, Any] = {"use_beam_search": True, "n": returned}
+    if width != returned:
+        fields["best_of"] = width
+    if length_penalty != 1.0:
+        fields["length_penalty"] = length_penalty
+    if early_stopping is not False:
+        fields["early_stopping"] = early_stopping
+    if ngram:
+        fields["no_repeat_ngram_size"] = ngram
+    return fields
 
 
 class OpenAICompatible(Backend):
@@ -30,10 +57,13 @@ class OpenAICompatible(Backend):
 
     def _body(self, prompt: str | list[str], spec: GenSpec) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self.model, "prompt": prompt}
-        for key, value in spec.sampling_params().items():
+        options = spec.sampling_params()
+        beams = _beam_fields(options)
+        for key, value in options.items():
             if key == "json_schema" and isinstance(value, str):
                 value = json.loads(value)
             body[OPENAI_NAMES.get(key, key)] = value  # the rest go as the same-named extra fields
+        body.update(beams)
         if spec.return_logprob:
             body["logprobs"] = max(1, spec.top_logprobs_num or 0)
         return body
@@ -51,9 +81,25 @@ class OpenAICompatible(Backend):
         }
 
     def generate(self, prompt: str, spec: GenSpec) -> GenResult:
+        return self._choices(prompt, spec)[0]
+
+    def generate_batch(self, prompts: Sequence[str], specs: Sequence[GenSpec]) -> list[GenResult | Exception]:
+        """One result per returned choice, prompt after prompt (a beam search returning several beams gives them
+        all, best first); a failed request is its exception, in place."""
+        def one(i: int) -> list[GenResult | Exception]:
+            try:
+                return list(self._choices(prompts[i], specs[i]))
+            except ModelCallError as exc:
+                return [exc]
+
+        with ThreadPoolExecutor(max_workers=max(1, min(32, len(prompts)))) as pool:
+            return [result for results in pool.map(one, range(len(prompts))) for result in results]
+
+    def _choices(self, prompt: str, spec: GenSpec) -> list[GenResult]:
+        """Every choice of one completion, in index order."""
         out = self.http.post("/completions", self._body(prompt, spec))
-        choice = out["choices"][0]
-        return GenResult(choice["text"], self._meta(choice, out.get("usage")))
+        choices = sorted(out["choices"], key=lambda c: c.get("index", 0))
+        return [GenResult(c["text"], self._meta(c, out.get("usage"))) for c in choices]
 
     def stream(self, prompt: str, spec: GenSpec) -> Iterator[StreamDelta]:
         body = self._body(prompt, spec)

@@ -4,7 +4,8 @@
 prompt; the engine's names, constraints included), `return_logprob`, `top_logprobs_num`,
 `logprob_start_len`, `return_text_in_logprobs`, `stream`, `stream_delta` and `rid` (native_protocol.py lists
 them, and the SGLang fields that are not supported). Without `stream` it answers the engine's result (a list
-for a list of prompts or `n > 1`); with it, server-sent events in SGLang's form (`text` and `output_ids` so
+for a list of prompts, `n > 1`, or a beam search returning several beams: a beam prompt is one engine request
+whose beams are its outputs, best first); with it, server-sent events in SGLang's form (`text` and `output_ids` so
 far, `finished`, `meta_info` on every event), or with `stream_delta` the engine's delta chunks (`meta_info`
 on the last only); each tagged with `index` when there are several sub-requests, then `data: [DONE]`.
 The other routes are SGLang's: tokenize/detokenize, flush_cache, abort_request, model and server info, health.
@@ -22,7 +23,7 @@ import radixgen
 from radixgen.runtime.best_of import sample_groups
 from radixgen.runtime.sampling_params import SamplingParams, SamplingParamsError
 from radixgen.server import sse
-from radixgen.server.best_of import returned_outputs
+from radixgen.server.best_of import SubRequestEngine, returned_outputs
 from radixgen.server.errors import ApiError, bad_request, from_engine_error, json_response
 from radixgen.server.fields import Fields, is_int, parse_json_object, token_id_list
 from radixgen.server.generation import (
@@ -126,9 +127,12 @@ async def generate(request: web.Request) -> web.StreamResponse:
     if stream and picks_best:
         raise bad_request("sampling_params.best_of", "must equal n with stream: true (the best samples are known "
                                                      "only once all have finished)")
+    if any(p.is_beam_search for p in parsed):
+        _check_beam_request(stream, asked_logprob, logprobs.logprob_start_len)
     delta = f.boolean("stream_delta")
     with_text = f.boolean("return_text_in_logprobs")
-    gen = Generation(state.engine, state.metrics, subs, logprobs, rid=rid, param_prefix="sampling_params")
+    gen = Generation(SubRequestEngine(state.engine), state.metrics, subs, logprobs, rid=rid,
+                     param_prefix="sampling_params")
     with state.generations.track(gen):
         async with gen:
             if stream:
@@ -139,6 +143,18 @@ async def generate(request: web.Request) -> web.StreamResponse:
         metas = [await _with_token_text(state, m) for m in metas]
     results = [{"text": o.text, "output_ids": o.output_ids, "meta_info": m} for o, m in zip(outputs, metas)]
     return json_response(results if batched or len(results) > 1 else results[0])
+
+
+def _check_beam_request(stream: bool, return_logprob: bool, logprob_start_len: int | None) -> None:
+    """What a request with a beam search (num_beams > 1) cannot ask for: a stream (the best beams are known
+    only at the end) or token logprobs (a beam reports its cumulative_logprob and beam_score instead)."""
+    if stream:
+        raise bad_request("sampling_params.num_beams", "must be 1 with stream: true (a beam search knows its best "
+                                                       "beams only at the end)")
+    if return_logprob or logprob_start_len is not None:
+        field = "return_logprob" if return_logprob else "logprob_start_len"
+        raise bad_request(field, "is not supported with beam search (num_beams > 1): each beam's meta_info reports "
+                                 "its cumulative_logprob and beam_score instead of token logprobs")
 
 
 async def _with_token_text(state: ServerState, meta: dict[str, Any]) -> dict[str, Any]:

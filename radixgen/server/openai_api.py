@@ -1,7 +1,8 @@
 """The OpenAI-compatible routes: /v1/models (and /v1/models/{id}), /v1/completions, /v1/chat/completions (whole
 or streamed; a chat choice's text is read back as reasoning, content and tool calls by chat_output.py).
 
-Choice i of prompt p is sub-request p * n + i (with best_of > n: the i-th best of prompt p's best_of samples).
+Choice i of prompt p is sub-request p * n + i (with best_of > n: the i-th best of prompt p's best_of samples; with
+a beam search, prompt p's one sub-request, its i-th best beam).
 Logprobs are taken from the engine's meta_info, which arrives with a sub-request's last chunk, so a stream
 carries each choice's logprobs on its final chunk.
 """
@@ -15,7 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from radixgen.server import sse
-from radixgen.server.best_of import returned_outputs
+from radixgen.server.best_of import SubRequestEngine, returned_outputs
 from radixgen.server.chat_output import ChoiceStream, assistant_message, finish_with_calls
 from radixgen.server.errors import ApiError, json_response
 from radixgen.server.fields import parse_json_object
@@ -135,15 +136,15 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 
 
 async def _run(request: web.Request, state: ServerState, req: OpenAIRequest, chat: bool) -> web.StreamResponse:
-    gen = Generation(state.engine, state.metrics, req.subs, req.logprobs, rid=req.rid)
+    gen = Generation(SubRequestEngine(state.engine), state.metrics, req.subs, req.logprobs, rid=req.rid)
     created = int(time.time())
     with state.generations.track(gen):
         async with gen:
             if req.stream:
                 return await _stream(request, state, req, gen, chat, created)
             outputs = await gen.collect()
-    if req.best_of is not None:  # the choices are the n best of each prompt's samples
-        returned = returned_outputs(outputs, req.best_of, keep_logprobs=req.want_logprobs)
+    if req.picks is not None:  # the choices are the n best of each prompt's samples, or its beams
+        returned = returned_outputs(outputs, req.picks, keep_logprobs=req.want_logprobs)
         req = dataclasses.replace(req, subs=[req.subs[i] for i, _ in returned])
         outputs = [out for _, out in returned]
     shape = _chat_choice if chat else _completion_choice

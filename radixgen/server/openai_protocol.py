@@ -2,7 +2,9 @@
 
 Names follow OpenAI's API; radixgen/SGLang extras (`regex`, `ebnf`, `grammar`, `json_schema`, `top_k`,
 `min_p`, `min_tokens`, `repetition_penalty`, `ignore_eos`, `stop_token_ids`, `skip_special_tokens`,
-`no_stop_trim`, `rid`) are accepted as extra body fields. An unknown field is a 400, never silently dropped.
+`no_stop_trim`, `rid`) are accepted as extra body fields, and so is beam search (vLLM's `use_beam_search`, with
+`length_penalty`, `early_stopping`, and radixgen's `num_beams`, `no_repeat_ngram_size`; `_beam_search` says how
+they combine). An unknown field is a 400, never silently dropped.
 `response_format` maps to a constraint: `json_object` -> the JSON Schema `{"type": "object"}` (a JSON
 object, as OpenAI's JSON mode promises), `json_schema` -> its `schema` (always enforced, `strict` or not),
 `structural_tag` -> its grammar (grammars/structural_tag.py). Chat requests may declare `tools` (the tool-call
@@ -22,7 +24,7 @@ from radixgen.grammars.constraint import CONSTRAINT_KINDS
 from radixgen.grammars.errors import GrammarError
 from radixgen.grammars.structural_tag import structural_tag_ebnf, structural_tag_from_dict
 from radixgen.runtime.best_of import SampleGroup, sample_groups
-from radixgen.runtime.sampling_params import OPENAI_NAMES, SamplingParams, SamplingParamsError
+from radixgen.runtime.sampling_params import GREEDY_TEMPERATURE, OPENAI_NAMES, SamplingParams, SamplingParamsError
 from radixgen.server.chat_messages import chat_messages, written_in
 from radixgen.server.errors import ApiError, bad_request, from_engine_error
 from radixgen.server.fields import Fields, is_int, is_number, token_id_list
@@ -63,7 +65,9 @@ class OpenAIRequest:
     include_usage: bool
     echo: bool = False
     shape: ChatShape = dataclasses.field(default_factory=ChatShape)  # how a chat choice's text is read back
-    best_of: list[SampleGroup] | None = None  # with best_of > n: each prompt's sub-requests, of which n are returned
+    # Each prompt's sub-requests, of which the choices are picked: with best_of > n the n best, with a beam search
+    # its beams (None: every sub-request is a choice).
+    picks: list[SampleGroup] | None = None
 
 
 # Reads one OpenAI body field as the value of its SamplingParams field: (fields, body name, the engine's default,
@@ -77,6 +81,10 @@ def _number(low: float, high: float, low_open: bool = False) -> Reader:
 
 def _integer(low: int | None = None, high: int | None = None) -> Reader:
     return lambda f, name, default, _vocab: f.integer(name, default, low=low, high=high)
+
+
+def _finite(f: Fields, name: str, default: float, _vocab: int) -> float:
+    return f.number(name, default)
 
 
 def _boolean(f: Fields, name: str, default: bool, _vocab: int) -> bool:
@@ -113,6 +121,13 @@ def _token_ids(f: Fields, name: str, _default: Any, vocab_size: int) -> list[int
     return token_id_list(f.raw(name), name, vocab_size) if f.has(name) else None
 
 
+def _early_stopping(f: Fields, name: str, default: bool | str, _vocab: int) -> bool | str:
+    value = f.raw(name, default)
+    if value not in (True, False, "never"):
+        raise bad_request(name, f"must be true, false or \"never\", got {value!r}")
+    return value
+
+
 # SamplingParams field -> how its OpenAI body field (OPENAI_NAMES, else the same name) is read, in reading order:
 # the first bad field is the one a 400 names. `max_tokens` is read by each route (its default differs).
 SAMPLING_READERS: dict[str, Reader] = {
@@ -134,13 +149,18 @@ SAMPLING_READERS: dict[str, Reader] = {
     "skip_special_tokens": _boolean,
     "no_stop_trim": _boolean,
     "stop_token_ids": _token_ids,
+    "num_beams": _integer(low=1, high=MAX_N),
+    "length_penalty": _finite,
+    "early_stopping": _early_stopping,
+    "no_repeat_ngram_size": _integer(low=0),
 }
 # Constraint fields in the order they are checked and named when several are given (JSON Schema last).
 _CONSTRAINT_ORDER = tuple(sorted(CONSTRAINT_KINDS, key=lambda kind: kind == "json_schema"))
 _DEFAULTS = SamplingParams()
 
 _COMMON = {"model", "max_tokens", "stream", "stream_options", "response_format", "logprobs", "user", "metadata",
-           "store", "service_tier", "rid", *CONSTRAINT_KINDS, *(OPENAI_NAMES.get(k, k) for k in SAMPLING_READERS)}
+           "store", "service_tier", "rid", "use_beam_search", *CONSTRAINT_KINDS,
+           *(OPENAI_NAMES.get(k, k) for k in SAMPLING_READERS)}
 COMPLETION_FIELDS = frozenset(_COMMON | {"prompt", "echo", "suffix"})
 CHAT_FIELDS = frozenset(_COMMON | {"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",
                                    "parallel_tool_calls", "chat_template_kwargs", "reasoning_effort",
@@ -188,6 +208,7 @@ def sampling_params(f: Fields, state: ServerState, max_tokens: int | None) -> Sa
         sp[field] = read(f, OPENAI_NAMES.get(field, field), getattr(_DEFAULTS, field), state.vocab_size)
     if max_tokens is not None and sp["min_new_tokens"] > max_tokens:
         raise bad_request("min_tokens", f"must not exceed max_tokens ({max_tokens})")
+    _beam_search(f, sp)
     constraints: list[tuple[str, Any]] = [(k, f.raw(k)) for k in _CONSTRAINT_ORDER if f.has(k)]
     for name, value in constraints:
         if name == "json_schema" and not isinstance(value, (dict, str)):
@@ -206,6 +227,42 @@ def sampling_params(f: Fields, state: ServerState, max_tokens: int | None) -> Sa
         return SamplingParams.from_dict(sp)
     except SamplingParamsError as exc:
         raise from_engine_error(exc) from None
+
+
+def _beam_search(f: Fields, sp: dict[str, Any]) -> None:
+    """Beam search's fields into `sp`: vLLM's `use_beam_search` is a search of width `best_of`, else `n`, whose
+    `n` best beams are the choices (`num_beams`, if given too, must be that width); `num_beams` alone is the
+    width, with `n` choices. With either, temperature defaults to 0 (OpenAI's default of 1 would be refused) and
+    an explicit one above 0 is a 400."""
+    use = f.boolean("use_beam_search")
+    if use:
+        width = sp["n"] if sp["best_of"] is None else sp["best_of"]
+        if f.has("num_beams") and sp["num_beams"] != width:
+            raise bad_request("num_beams", f"must equal use_beam_search's beam width (best_of, else n) when both are "
+                                           f"given: got num_beams={sp['num_beams']}, width {width}")
+        sp["num_beams"], sp["best_of"] = width, None
+    if not (use or sp["num_beams"] > 1):
+        return
+    if sp["n"] > sp["num_beams"]:
+        raise bad_request("n", f"must be <= the beam width ({sp['num_beams']}): a beam search returns at most its "
+                               f"beams, got {sp['n']}")
+    if not f.has("temperature"):
+        sp["temperature"] = 0.0
+    elif sp["temperature"] >= GREEDY_TEMPERATURE:
+        raise bad_request("temperature", f"must be 0 with beam search (use_beam_search, num_beams > 1): it is "
+                                         f"deterministic, got {sp['temperature']}")
+
+
+def _check_beam_request(sp: SamplingParams, stream: bool, logprobs_field: str | None) -> None:
+    """What a beam search cannot be asked for: a stream (the best beams are known only at the end), logprobs
+    (`logprobs_field`: the field that asked; a beam has a cumulative logprob and a score, not token logprobs)."""
+    if not sp.is_beam_search:
+        return
+    if stream:
+        raise bad_request("stream", "is not supported with beam search (use_beam_search, num_beams > 1): the best "
+                                    "beams are known only at the end")
+    if logprobs_field is not None:
+        raise bad_request(logprobs_field, "is not supported with beam search (use_beam_search, num_beams > 1)")
 
 
 def _stream_flags(f: Fields) -> tuple[bool, bool]:
@@ -229,13 +286,14 @@ def _subs(prompts: list[list[int]], sp: SamplingParams) -> list[SubRequest]:
     return [sub for i, ids in enumerate(prompts) for sub in sample_requests(ids, sp, i)]
 
 
-def _best_of(prompts: list[list[int]], sp: SamplingParams, stream: bool) -> list[SampleGroup] | None:
-    """The sample groups to pick from when best_of > n (None: every sample is a choice); refused with stream."""
-    if not sp.picks_best:
-        return None
-    if stream:
+def _picks(prompts: list[list[int]], sp: SamplingParams, stream: bool) -> list[SampleGroup] | None:
+    """The sample groups to pick the choices from when best_of > n or for a beam search's beams (None: every
+    sample is a choice); best_of > n is refused with stream."""
+    if sp.picks_best and stream:
         raise bad_request("best_of", "must equal n with stream: true (the best samples are known only once all "
                                      "have finished)")
+    if not (sp.picks_best or sp.is_beam_search):
+        return None
     return sample_groups([sp] * len(prompts))
 
 
@@ -271,6 +329,7 @@ async def parse_completion(body: dict, state: ServerState) -> OpenAIRequest:
     for ids in prompts:
         state.check_fits(ids, max_tokens, "prompt", "max_tokens")
     stream, include_usage = _stream_flags(f)
+    _check_beam_request(sp, stream, "logprobs" if logprobs_n is not None else None)
     if texts is None and echo:
         tok = state.engine.tokenizer
         texts = [tok.decode(ids) for ids in prompts]
@@ -280,7 +339,7 @@ async def parse_completion(body: dict, state: ServerState) -> OpenAIRequest:
         subs=_subs(prompts, sp),
         logprobs=LogprobOptions(want or sp.picks_best, logprobs_n or 0, 0 if (want and echo) else None),
         want_logprobs=want, top_logprobs=logprobs_n or 0, stream=stream, include_usage=include_usage, echo=echo,
-        best_of=_best_of(prompts, sp, stream))
+        picks=_picks(prompts, sp, stream))
 
 
 # ------------------------------------------------------------------------------------------------ chat
@@ -356,7 +415,8 @@ async def parse_chat(body: dict, state: ServerState) -> OpenAIRequest:
     shape = ChatShape(server_tool_format(state.settings.tool_call_format, state.chat_template) if calling else None,
                       reasoning and reasoning_options.separate, opened)
     stream, include_usage = _stream_flags(f)
+    _check_beam_request(sp, stream, "logprobs" if want else None)
     return OpenAIRequest(
         rid=f.string("rid", nonempty=True) or f"chatcmpl-{uuid.uuid4().hex}", prompts=[ids], prompt_texts=[],
         subs=_subs([ids], sp), logprobs=LogprobOptions(want or sp.picks_best, top, None), want_logprobs=want,
-        top_logprobs=top, stream=stream, include_usage=include_usage, shape=shape, best_of=_best_of([ids], sp, stream))
+        top_logprobs=top, stream=stream, include_usage=include_usage, shape=shape, picks=_picks([ids], sp, stream))
