@@ -54,8 +54,14 @@ def parameter_count(c: ModelConfig) -> int:
 
 
 def held_weight_bytes(model: torch.nn.Module) -> int:
-    """Bytes of the distinct storages under the model's parameters."""
-    storages = {p.untyped_storage().data_ptr(): p.untyped_storage().nbytes() for p in model.parameters()}
+    """Bytes of the distinct storages under the model's parameters (a oneDNN-packed weight, as on AMD CPUs, has
+    no storage to share: its own elements)."""
+    storages: dict[int, int] = {}
+    for p in model.parameters():
+        if p.is_mkldnn:
+            storages[id(p)] = p.numel() * p.element_size()
+        else:
+            storages[p.untyped_storage().data_ptr()] = p.untyped_storage().nbytes()
     return sum(storages.values())
 
 
