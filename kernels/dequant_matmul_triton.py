@@ -132,6 +132,18 @@ def _dequant_matmul_kernel(x, w0, w1, w2, partial, M, N, K, stride_xm, ROW_BYTES
 
 
 @triton.jit
+def _int4_words(qweight, scales, zeros, word, mask_k, offs_n, mask_n, N, GROUP: tl.constexpr):
+    """The GEMV step's packed words [words, BLOCK_N] (8 int4 weights each) and the fp32 scale and zero of each
+    word's group, for the words `word` (masked by `mask_k`) of columns offs_n."""
+    mask = mask_k[:, None] & mask_n[None, :]
+    packed = tl.load(qweight + word[:, None] * N + offs_n[None, :], mask=mask, other=0)
+    g = (word * 8) // GROUP
+    s = tl.load(scales + g[:, None] * N + offs_n[None, :], mask=mask, other=0.0).to(tl.float32)
+    z = tl.load(zeros + g[:, None] * N + offs_n[None, :], mask=mask, other=0.0).to(tl.float32)
+    return packed, s, z
+
+
+@triton.jit
 def _int4_gemv_kernel(x, qweight, scales, zeros, partial, M, N, K, stride_xm, K_PER_SPLIT, GROUP: tl.constexpr,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """The int4 matmul for a few rows, BLOCK_K (a multiple of the group) inputs per step, never unpacking into a
@@ -150,11 +162,7 @@ def _int4_gemv_kernel(x, qweight, scales, zeros, partial, M, N, K, stride_xm, K_
     for k0 in range(k_begin, k_end, BLOCK_K):
         word = k0 // 8 + rows
         mask_k = word < k_end // 8
-        mask = mask_k[:, None] & mask_n[None, :]
-        packed = tl.load(qweight + word[:, None] * N + offs_n[None, :], mask=mask, other=0)
-        g = (word * 8) // GROUP
-        s = tl.load(scales + g[:, None] * N + offs_n[None, :], mask=mask, other=0.0).to(tl.float32)
-        z = tl.load(zeros + g[:, None] * N + offs_n[None, :], mask=mask, other=0.0).to(tl.float32)
+        packed, s, z = _int4_words(qweight, scales, zeros, word, mask_k, offs_n, mask_n, N, GROUP)
         dot = tl.zeros((BLOCK_M, BLOCK_K // 8, BLOCK_N), dtype=tl.float32)
         xsum = tl.zeros((BLOCK_M, BLOCK_K // 8), dtype=tl.float32)
         for i in tl.static_range(8):
@@ -182,11 +190,7 @@ def _int4_gemv1_kernel(x, qweight, scales, zeros, partial, N, K, K_PER_SPLIT, GR
     for k0 in range(k_begin, k_end, BLOCK_K):
         word = k0 // 8 + rows
         mask_k = word < k_end // 8
-        mask = mask_k[:, None] & mask_n[None, :]
-        packed = tl.load(qweight + word[:, None] * N + offs_n[None, :], mask=mask, other=0)
-        g = (word * 8) // GROUP
-        s = tl.load(scales + g[:, None] * N + offs_n[None, :], mask=mask, other=0.0).to(tl.float32)
-        z = tl.load(zeros + g[:, None] * N + offs_n[None, :], mask=mask, other=0.0).to(tl.float32)
+        packed, s, z = _int4_words(qweight, scales, zeros, word, mask_k, offs_n, mask_n, N, GROUP)
         dot = tl.zeros((BLOCK_K // 8, BLOCK_N), dtype=tl.float32)
         xsum = tl.zeros((BLOCK_K // 8,), dtype=tl.float32)
         for i in tl.static_range(8):

@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 from radixgen.kernels.kv_quant import kv_scales_for
-from radixgen.kernels.softmax_triton import NEG_LARGE, online_softmax_step
+from radixgen.kernels.softmax_triton import NEG_LARGE, attend_kv_blocks, normalised_tile
 
 LOG2E = 1.4426950408889634
 
@@ -90,39 +90,13 @@ def _extend_kernel(
         lo = 0
         full_end = ((first_q + 1) // BLOCK_N) * BLOCK_N  # every row sees all of [0, full_end)
 
-    for n0 in range(lo, full_end, BLOCK_N):
-        offs_n = n0 + tl.arange(0, BLOCK_N)
-        slots = tl.load(slots_row + offs_n).to(tl.int64)
-        k = tl.load(k_base + slots[:, None] * stride_ks + offs_d[None, :])
-        if FP8:
-            k = k.to(q_tile.dtype)
-        qk = tl.dot(q_tile, tl.trans(k))
-        v = tl.load(v_base + slots[:, None] * stride_vs + offs_d[None, :])
-        if FP8:
-            v = v.to(q_tile.dtype)
-        m_i, l_i, acc = online_softmax_step(qk, m_i, l_i, acc, v, sm_scale_log2)
-
-    for n0 in range(full_end, kv_end, BLOCK_N):
-        offs_n = n0 + tl.arange(0, BLOCK_N)
-        mask_n = offs_n < kv_end
-        slots = tl.load(slots_row + offs_n, mask=mask_n, other=0).to(tl.int64)
-        k = tl.load(k_base + slots[:, None] * stride_ks + offs_d[None, :], mask=mask_n[:, None], other=0.0)
-        if FP8:
-            k = k.to(q_tile.dtype)
-        qk = tl.dot(q_tile, tl.trans(k))
-        visible = mask_n[None, :] & (offs_n[None, :] <= q_pos[:, None])
-        if HAS_WINDOW:
-            visible = visible & (offs_n[None, :] > q_pos[:, None] - window)
-        qk = tl.where(visible, qk, float("-inf"))
-        v = tl.load(v_base + slots[:, None] * stride_vs + offs_d[None, :], mask=mask_n[:, None], other=0.0)
-        if FP8:
-            v = v.to(q_tile.dtype)
-        m_i, l_i, acc = online_softmax_step(qk, m_i, l_i, acc, v, sm_scale_log2)
-
-    if FP8:  # P @ (codes * v_scale) = (P @ codes) * v_scale
-        acc = acc * tl.load(v_scale + kv_head)
-    l_safe = tl.where(l_i > 0.0, l_i, 1.0)
-    out = acc / l_safe[:, None]
+    m_i, l_i, acc = attend_kv_blocks(q_tile, q_pos, m_i, l_i, acc, slots_row, k_base, v_base, stride_ks, stride_vs,
+                                     lo, full_end, sm_scale_log2, window, BLOCK_N, D, MASKED=False, CAUSAL=False,
+                                     WINDOWED=False, FP8=FP8)
+    m_i, l_i, acc = attend_kv_blocks(q_tile, q_pos, m_i, l_i, acc, slots_row, k_base, v_base, stride_ks, stride_vs,
+                                     full_end, kv_end, sm_scale_log2, window, BLOCK_N, D, MASKED=True, CAUSAL=True,
+                                     WINDOWED=HAS_WINDOW, FP8=FP8)
+    out, _ = normalised_tile(acc, l_i, v_scale, kv_head, FP8)
     tl.store(o + rows[:, None] * stride_ot + head * stride_oh + offs_d[None, :], out.to(o.dtype.element_ty),
              mask=mask_m[:, None])
 

@@ -28,7 +28,7 @@ import triton.language as tl
 from radixgen.kernels.decode_attention_triton import LOG2E, DecodeConfig, merge_splits_row, num_kv_splits, sm_count
 from radixgen.kernels.extend_attention_triton import extend_attention_triton
 from radixgen.kernels.kv_quant import kv_scales_for
-from radixgen.kernels.softmax_triton import NEG_LARGE, online_softmax_step
+from radixgen.kernels.softmax_triton import NEG_LARGE, attend_kv_blocks, normalised_tile
 
 MAX_TILE_ROWS = 128  # (new tokens x group heads) rows of one query tile; a launch needing more runs the extend kernel
 
@@ -79,27 +79,10 @@ def _multi_query_split_kernel(
     slots_row = req_to_token + req * stride_rt
     if FP8:  # scores q.k = (q . codes) * k_scale: fold it into the softmax scale
         sm_scale_log2 = sm_scale_log2 * tl.load(k_scale + kv_head)
-    for n0 in range(start, end, BLOCK_N):
-        offs_n = n0 + tl.arange(0, BLOCK_N)
-        mask_n = offs_n < end
-        slots = tl.load(slots_row + offs_n, mask=mask_n, other=0).to(tl.int64)
-        k = tl.load(k_base + slots[:, None] * stride_ks + offs_d[None, :], mask=mask_n[:, None], other=0.0)
-        if FP8:
-            k = k.to(q_tile.dtype)
-        qk = tl.dot(q_tile, tl.trans(k))
-        visible = mask_n[None, :] & (offs_n[None, :] <= q_pos[:, None])
-        if HAS_WINDOW:
-            visible = visible & (offs_n[None, :] > q_pos[:, None] - window)
-        qk = tl.where(visible, qk, float("-inf"))
-        v = tl.load(v_base + slots[:, None] * stride_vs + offs_d[None, :], mask=mask_n[:, None], other=0.0)
-        if FP8:
-            v = v.to(q_tile.dtype)
-        m_i, l_i, acc = online_softmax_step(qk, m_i, l_i, acc, v, sm_scale_log2)
-
-    if FP8:  # P @ (codes * v_scale) = (P @ codes) * v_scale
-        acc = acc * tl.load(v_scale + kv_head)
-    l_safe = tl.where(l_i > 0.0, l_i, 1.0)
-    part = acc / l_safe[:, None]
+    m_i, l_i, acc = attend_kv_blocks(q_tile, q_pos, m_i, l_i, acc, slots_row, k_base, v_base, stride_ks, stride_vs,
+                                     start, end, sm_scale_log2, window, BLOCK_N, D, MASKED=True, CAUSAL=True,
+                                     WINDOWED=HAS_WINDOW, FP8=FP8)
+    part, l_safe = normalised_tile(acc, l_i, v_scale, kv_head, FP8)
     if DIRECT_OUT:  # a single split: its normalised partial is the output
         tl.store(out + rows[:, None] * stride_ot + heads[:, None] * stride_oh + offs_d[None, :],
                  part.to(out.dtype.element_ty), mask=valid[:, None])

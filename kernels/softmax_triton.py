@@ -1,4 +1,5 @@
-"""Shared Triton device helper for the attention kernels: one step of the online (streaming) softmax."""
+"""Shared Triton device helpers of the attention kernels (decode, multi-query decode, extend): one step of the
+online (streaming) softmax, the pass of a query tile over K/V blocks read by slot, and the tile's epilogue."""
 
 from __future__ import annotations
 
@@ -25,3 +26,51 @@ def online_softmax_step(qk, m_i, l_i, acc, v, scale):
     l_i = l_i * alpha + tl.sum(p, 1)
     acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
     return m_new, l_i, acc
+
+
+@triton.jit
+def attend_kv_blocks(q_tile, q_pos, m_i, l_i, acc, slots_row, k_base, v_base, stride_ks, stride_vs, start, end,
+                     sm_scale_log2, window, BLOCK_N: tl.constexpr, D: tl.constexpr, MASKED: tl.constexpr,
+                     CAUSAL: tl.constexpr, WINDOWED: tl.constexpr, FP8: tl.constexpr):
+    """Fold the key positions [start, end) into a query tile's running softmax state. K and V are read by slot
+    (`slots_row`: the request's row of req_to_token; `k_base`/`v_base` at the KV head), FP8 codes widened to the
+    query's dtype (their scales are the caller's). MASKED: the last block may run past `end`; with CAUSAL tile row
+    r (at position q_pos[r]) sees keys <= q_pos[r], with WINDOWED keys > q_pos[r] - window (both need MASKED).
+    Unmasked blocks load without bounds checks."""
+    offs_d = tl.arange(0, D)
+    for n0 in range(start, end, BLOCK_N):
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        if MASKED:
+            mask_n = offs_n < end
+            slots = tl.load(slots_row + offs_n, mask=mask_n, other=0).to(tl.int64)
+            k = tl.load(k_base + slots[:, None] * stride_ks + offs_d[None, :], mask=mask_n[:, None], other=0.0)
+        else:
+            slots = tl.load(slots_row + offs_n).to(tl.int64)
+            k = tl.load(k_base + slots[:, None] * stride_ks + offs_d[None, :])
+        if FP8:
+            k = k.to(q_tile.dtype)
+        qk = tl.dot(q_tile, tl.trans(k))
+        if MASKED:
+            visible = mask_n[None, :]
+            if CAUSAL:
+                visible = visible & (offs_n[None, :] <= q_pos[:, None])
+            if WINDOWED:
+                visible = visible & (offs_n[None, :] > q_pos[:, None] - window)
+            qk = tl.where(visible, qk, float("-inf"))
+            v = tl.load(v_base + slots[:, None] * stride_vs + offs_d[None, :], mask=mask_n[:, None], other=0.0)
+        else:
+            v = tl.load(v_base + slots[:, None] * stride_vs + offs_d[None, :])
+        if FP8:
+            v = v.to(q_tile.dtype)
+        m_i, l_i, acc = online_softmax_step(qk, m_i, l_i, acc, v, sm_scale_log2)
+    return m_i, l_i, acc
+
+
+@triton.jit
+def normalised_tile(acc, l_i, v_scale, kv_head, FP8: tl.constexpr):
+    """The tile's output acc / l (rows that saw no key: 0) and its safe denominators; an FP8 cache's V scale
+    applied here once (P @ (codes * v_scale) = (P @ codes) * v_scale)."""
+    if FP8:
+        acc = acc * tl.load(v_scale + kv_head)
+    l_safe = tl.where(l_i > 0.0, l_i, 1.0)
+    return acc / l_safe[:, None], l_safe
