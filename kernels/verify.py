@@ -90,14 +90,21 @@ def make_pool(seq_lens: list[int], gen: torch.Generator, device: torch.device, e
 
 # ---- runners -----------------------------------------------------------------------------------------------
 
+def _pool_with_kv(seq_lens: list[int], head_shape: tuple[int, int], dtype: torch.dtype, device: torch.device,
+                  gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`make_pool`'s table and rows, with random K and V caches [num_slots, Hkv, D] over its slots."""
+    table, req_idx, num_slots = make_pool(seq_lens, gen, device)
+    k_cache = _randn((num_slots, *head_shape), dtype, device, gen)
+    v_cache = _randn((num_slots, *head_shape), dtype, device, gen)
+    return table, req_idx, k_cache, v_cache
+
+
 def _check_extend(case: Case, impl: Callable, device: torch.device, gen: torch.Generator) -> float:
     p, dtype = case.params, DTYPES[case.dtype]
     prefix, extend = p["prefix"], p["extend"]
     hq, hkv, d = p["heads"][0], p["heads"][1], p["head_dim"]
     seq = [a + b for a, b in zip(prefix, extend)]
-    table, req_idx, num_slots = make_pool(seq, gen, device)
-    k_cache = _randn((num_slots, hkv, d), dtype, device, gen)
-    v_cache = _randn((num_slots, hkv, d), dtype, device, gen)
+    table, req_idx, k_cache, v_cache = _pool_with_kv(seq, (hkv, d), dtype, device, gen)
     q = _randn((sum(extend), hq, d), dtype, device, gen)
     prefix_t = torch.tensor(prefix, dtype=torch.int32, device=device)
     extend_t = torch.tensor(extend, dtype=torch.int32, device=device)
@@ -114,9 +121,7 @@ def _check_decode(case: Case, impl: Callable, device: torch.device, gen: torch.G
     p, dtype = case.params, DTYPES[case.dtype]
     seq = p["seq_lens"]
     hq, hkv, d = p["heads"][0], p["heads"][1], p["head_dim"]
-    table, req_idx, num_slots = make_pool(seq, gen, device)
-    k_cache = _randn((num_slots, hkv, d), dtype, device, gen)
-    v_cache = _randn((num_slots, hkv, d), dtype, device, gen)
+    table, req_idx, k_cache, v_cache = _pool_with_kv(seq, (hkv, d), dtype, device, gen)
     q = _randn((len(seq), hq, d), dtype, device, gen)
     seq_t = torch.tensor(seq, dtype=torch.int32, device=device)
     scale, window = d ** -0.5, p.get("window")
@@ -136,9 +141,7 @@ def _check_multi_query_decode(case: Case, impl: Callable, device: torch.device, 
     prefix, extend = p["prefix"], p["extend"]
     hq, hkv, d = p["heads"][0], p["heads"][1], p["head_dim"]
     seq = [a + b for a, b in zip(prefix, extend)]
-    table, req_idx, num_slots = make_pool(seq, gen, device)
-    k_cache = _randn((num_slots, hkv, d), dtype, device, gen)
-    v_cache = _randn((num_slots, hkv, d), dtype, device, gen)
+    table, req_idx, k_cache, v_cache = _pool_with_kv(seq, (hkv, d), dtype, device, gen)
     k_scale = v_scale = None
     if p.get("fp8"):
         from radixgen.kernels.kv_quant import FP8_KV_DTYPE, FP8_KV_MAX, quantize_kv
