@@ -76,6 +76,20 @@ EMPTY = Seq(())
 _ONE_TOKEN = dfa_from_bytes(b"\xff")  # stands for a token reference when deriving (never empty)
 
 
+def map_children(expr: Expr, fn: Callable[[Expr], Expr]) -> Expr:
+    """`expr` rebuilt with `fn` applied to each direct sub-expression; leaves (terminals, rule and token
+    references) as they are. The one walk of the rewriting passes (pda.py, token_refs.py)."""
+    if isinstance(expr, Seq):
+        return Seq(tuple(fn(e) for e in expr.items))
+    if isinstance(expr, Alt):
+        return Alt(tuple(fn(e) for e in expr.options))
+    if isinstance(expr, Repeat):
+        return Repeat(fn(expr.item), expr.min, expr.max)
+    if isinstance(expr, Graph):
+        return Graph(tuple((a, fn(e), b) for a, e, b in expr.edges), expr.end)
+    return expr
+
+
 @dataclass
 class GrammarIR:
     rules: dict[str, Expr] = field(default_factory=dict)

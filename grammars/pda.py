@@ -24,7 +24,7 @@ from radixgen.grammars.bytedfa import ByteDFA, live_pairs
 from radixgen.grammars.columns import group_bytes
 from radixgen.grammars.counted import fuse_bounded_repeats
 from radixgen.grammars.errors import GrammarError
-from radixgen.grammars.ir import Alt, Expr, GrammarIR, Graph, Repeat, RuleRef, Seq, Terminal
+from radixgen.grammars.ir import Alt, Expr, GrammarIR, Graph, Repeat, RuleRef, Seq, Terminal, map_children
 
 DEAD = -1
 MAX_REPEAT = 4096  # largest {m,n} bound compiled (each count is a state)
@@ -214,15 +214,7 @@ def _share_big_terminals(ir: GrammarIR) -> tuple[dict[str, Expr], dict[str, Byte
             if found is None:
                 found = shared[id(expr.dfa)] = (f"__terminal_{len(shared)}_{expr.label}", expr.dfa)
             return RuleRef(found[0])
-        if isinstance(expr, Seq):
-            return Seq(tuple(visit(e) for e in expr.items))
-        if isinstance(expr, Alt):
-            return Alt(tuple(visit(e) for e in expr.options))
-        if isinstance(expr, Repeat):
-            return Repeat(visit(expr.item), expr.min, expr.max)
-        if isinstance(expr, Graph):
-            return Graph(tuple((a, visit(e), b) for a, e, b in expr.edges), expr.end)
-        return expr
+        return map_children(expr, visit)
 
     rules = {name: visit(fuse_bounded_repeats(body, ir.rules)) for name, body in ir.rules.items()}
     return rules, {name: dfa for name, dfa in shared.values()}

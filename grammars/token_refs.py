@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Literal
 from radixgen.grammars.automaton import DEAD, ByteAutomaton, DfaAutomaton, PdaAutomaton
 from radixgen.grammars.bytedfa import ByteDFA, dfa_from_bytes, dfa_from_strings
 from radixgen.grammars.errors import GrammarError
-from radixgen.grammars.ir import Alt, Expr, GrammarIR, Graph, Repeat, Seq, Terminal, TokenRef
+from radixgen.grammars.ir import Expr, GrammarIR, Terminal, TokenRef, map_children
 from radixgen.grammars.json_schema_text import literal
 from radixgen.grammars.vocabulary import MARKER_BYTE
 
@@ -204,15 +204,7 @@ def resolve_token_refs(ir: GrammarIR, vocab: Vocabulary) -> GrammarIR:
     def visit(expr: Expr) -> Expr:
         if isinstance(expr, TokenRef):
             return _resolve(expr, vocab)
-        if isinstance(expr, Seq):
-            return Seq(tuple(visit(e) for e in expr.items))
-        if isinstance(expr, Alt):
-            return Alt(tuple(visit(e) for e in expr.options))
-        if isinstance(expr, Repeat):
-            return Repeat(visit(expr.item), expr.min, expr.max)
-        if isinstance(expr, Graph):
-            return Graph(tuple((a, visit(e), b) for a, e, b in expr.edges), expr.end)
-        return expr
+        return map_children(expr, visit)
 
     return GrammarIR({name: visit(body) for name, body in ir.rules.items()}, ir.start)
 
