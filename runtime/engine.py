@@ -316,6 +316,20 @@ class Engine:
         results = _returned(finished, groups, bool(return_logprob) or logprob_start_len is not None)
         return results if batched else results[0]
 
+    async def stream_request(self, input_ids: list[int], sampling_params: SamplingParamsArg,
+                             return_logprob: bool = False, top_logprobs_num: int = 0,
+                             logprob_start_len: int | None = None) -> AsyncIterator[dict]:
+        """One engine request (a prompt's single sample, or its beam search) as the async stream of its chunks,
+        for callers that fan out n and best_of themselves (the server). A beam search streams one chunk, its end:
+        the best beam's text and tokens, every returned beam in meta_info's `finished_beams`."""
+        self._check_open()
+        loop = asyncio.get_running_loop()
+        reqs, _, _ = await loop.run_in_executor(self._compile_pool, self._prepare, None, input_ids, sampling_params,
+                                                return_logprob, top_logprobs_num, logprob_start_len, None)
+        if len(reqs) != 1:
+            raise ValueError("stream_request runs one engine request: give n=1 without best_of, or a beam search")
+        return self._stream_async(reqs[0], loop)
+
     async def _collect_async(self, req: Req, sink: AsyncSink) -> Finished:
         text = []
         try:

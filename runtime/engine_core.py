@@ -117,6 +117,7 @@ class EngineCore:
         self._masks = MaskStaging(mask_rows, self.bitmask_words, live_words, self.device)
         self._eos_set = frozenset(tokenizer.eos_token_ids)
         self._eos_ids = tuple(tokenizer.eos_token_ids)
+        self._beam_searches = 0  # beam-search requests submitted and not finished (their steps take _beam_step)
         self.beams = BeamSearches(self.scheduler, lambda reqs: self._grammar_masks(reqs, frozenset()), self._eos_set,
                                   self.sampler.token_count, self.max_context)
         self._inflight: SampledStep | None = None  # sampled, launched, not yet delivered (overlapped loop)
@@ -175,6 +176,7 @@ class EngineCore:
             kind, payload = item
             if kind == "add":
                 self.reqs[payload.rid] = payload
+                self._beam_searches += payload.params.is_beam_search
                 self.scheduler.add(payload)
             elif kind == "abort":
                 req = self.reqs.get(payload)
@@ -316,7 +318,7 @@ class EngineCore:
                 self._finish(it.req, LengthFinish())
             else:
                 sel.append(i)
-        beams = [i for i in sel if batch.items[i].req.params.is_beam_search]
+        beams = [i for i in sel if batch.items[i].req.params.is_beam_search] if self._beam_searches else []
         if beams:
             self._beam_step([batch.items[i].req for i in beams], logits, rows.sample_row[beams])
             sel = [i for i in sel if not batch.items[i].req.params.is_beam_search]
@@ -387,7 +389,7 @@ class EngineCore:
             best = results[0]
             root.output_ids = list(best.output_ids)
             root.emitted_text, root.text_pos, root.text_done = best.text, len(best.output_ids), True
-            self._finish(root, best.finish_reason)
+            self._finish(root, best.finish_reason, delta_text=best.text, delta_ids=list(best.output_ids))
 
     def _beam_result(self, req: Req, ids: tuple[int, ...], score: float, cumulative: float) -> BeamResult:
         eos = self.beams.eos_of(req)
@@ -880,6 +882,7 @@ class EngineCore:
                 self._finish(root, reason)
             return
         self.beams.end(req)
+        self._beam_searches -= req.params.is_beam_search
         if not req.text_done:
             delta_text += self._text_so_far(req, finished=True)
         if req.state is ReqState.RUNNING and req.kv_len > req.fill_len:

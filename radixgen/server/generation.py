@@ -99,9 +99,9 @@ class Generation:
         try:
             for sub in self.subs:
                 t0 = time.perf_counter()
-                streams.append(await self.engine.async_generate(
-                    input_ids=sub.input_ids, sampling_params=sub.sampling_params, stream=True,
-                    return_logprob=self.logprobs.return_logprob, top_logprobs_num=self.logprobs.top_logprobs_num,
+                streams.append(await self.engine.stream_request(
+                    sub.input_ids, sub.sampling_params, return_logprob=self.logprobs.return_logprob,
+                    top_logprobs_num=self.logprobs.top_logprobs_num,
                     logprob_start_len=self.logprobs.logprob_start_len))
                 if sub.sampling_params.constraint is not None:
                     self.metrics.grammar_compile.observe(time.perf_counter() - t0)

@@ -23,7 +23,7 @@ import radixgen
 from radixgen.runtime.best_of import sample_groups
 from radixgen.runtime.sampling_params import SamplingParams, SamplingParamsError
 from radixgen.server import sse
-from radixgen.server.best_of import SubRequestEngine, returned_outputs
+from radixgen.server.best_of import returned_outputs
 from radixgen.server.errors import ApiError, bad_request, from_engine_error, json_response
 from radixgen.server.fields import Fields, is_int, parse_json_object, token_id_list
 from radixgen.server.generation import (
@@ -131,7 +131,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
         _check_beam_request(stream, asked_logprob, logprobs.logprob_start_len)
     delta = f.boolean("stream_delta")
     with_text = f.boolean("return_text_in_logprobs")
-    gen = Generation(SubRequestEngine(state.engine), state.metrics, subs, logprobs, rid=rid,
+    gen = Generation(state.engine, state.metrics, subs, logprobs, rid=rid,
                      param_prefix="sampling_params")
     with state.generations.track(gen):
         async with gen:

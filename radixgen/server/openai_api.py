@@ -16,7 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from radixgen.server import sse
-from radixgen.server.best_of import SubRequestEngine, returned_outputs
+from radixgen.server.best_of import returned_outputs
 from radixgen.server.chat_output import ChoiceStream, assistant_message, finish_with_calls
 from radixgen.server.errors import ApiError, json_response
 from radixgen.server.fields import parse_json_object
@@ -136,7 +136,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 
 
 async def _run(request: web.Request, state: ServerState, req: OpenAIRequest, chat: bool) -> web.StreamResponse:
-    gen = Generation(SubRequestEngine(state.engine), state.metrics, req.subs, req.logprobs, rid=req.rid)
+    gen = Generation(state.engine, state.metrics, req.subs, req.logprobs, rid=req.rid)
     created = int(time.time())
     with state.generations.track(gen):
         async with gen:
