@@ -99,6 +99,7 @@ class Scheduler:
         self.slots: dict[str, SlotBuffer] = {}
         self.beam_refs = np.zeros(allocator.num_slots, dtype=np.int32)  # holders of a slot beyond the first
         self._beam_rows: dict[str, int] = {}  # admitted beam searches' rows kept for their beams, by rid
+        self.num_beams = 0  # running beams (requests forked by `fork`)
         self._admit_counter = itertools.count()
         self.num_preemptions = 0
 
@@ -142,9 +143,10 @@ class Scheduler:
         # 1. running requests: decodes first (one token each, plus its drafts), then continuing chunks.
         running = sorted(self.running, key=lambda r: (r.remaining > 1, r.admit_seq))
         beams: dict[str, list[Req]] = {}
-        for req in running:
-            if req.beam_group is not None:
-                beams.setdefault(req.beam_group, []).append(req)
+        if self.num_beams:
+            for req in running:
+                if req.beam_group is not None:
+                    beams.setdefault(req.beam_group, []).append(req)
         for req in running:
             if req.state is not ReqState.RUNNING:
                 continue  # preempted earlier in this loop
@@ -269,10 +271,10 @@ class Scheduler:
             if r.remaining > 1:
                 inflight.add(r)
         admitted: set[str] = set()
+        kept_rows = sum(self._beam_rows.values())  # rows kept for admitted beam searches' beams
         for req in order:
             beam_rows = req.params.num_beams - 1 if req.rid not in self._beam_rows else 0
-            if budget <= 0 or len(self.running) + sum(self._beam_rows.values()) + beam_rows >= \
-                    lim.max_running_requests:
+            if budget <= 0 or len(self.running) + kept_rows + beam_rows >= lim.max_running_requests:
                 break
             m = self._match(req)  # fresh: eviction for earlier admissions may have changed the tree
             # In-queue prefix sharing: if another request is computing a longer shared prefix right now,
@@ -300,8 +302,9 @@ class Scheduler:
                 req.cached_tokens = prefix_len
                 req.admitted_once = True
             req.admit_seq = next(self._admit_counter)
-            if req.params.is_beam_search:
-                self._beam_rows[req.rid] = req.params.num_beams - 1
+            if req.params.is_beam_search and beam_rows:
+                self._beam_rows[req.rid] = beam_rows
+                kept_rows += beam_rows
             req.state = ReqState.RUNNING
             self.running.append(req)
             admitted.add(req.rid)
@@ -379,6 +382,7 @@ class Scheduler:
         child.cached_tokens, child.admitted_once, child.admit_seq = parent.cached_tokens, True, parent.admit_seq
         child.state = ReqState.RUNNING
         self.running.append(child)
+        self.num_beams += 1
 
     def start_beams(self, root: Req) -> None:
         """The rows kept at admission for a beam search's beams are theirs now."""
@@ -397,6 +401,8 @@ class Scheduler:
         self.req_rows.free(req.req_pool_idx)
         req.node, req.req_pool_idx, req.tree_len, req.kv_len = None, None, 0, 0
         self._drop_running(req)
+        if state is not ReqState.BEAMS:  # a beam (the search's own request, released at its start, is none)
+            self.num_beams -= 1
         req.state = state
 
     def _release(self, req: Req) -> None:
