@@ -201,6 +201,9 @@ class Engine:
             if params.num_beams > self.config.max_running_requests:
                 raise ValueError(f"num_beams ({params.num_beams}) exceeds max_running_requests "
                                  f"({self.config.max_running_requests}): each beam runs as a request")
+            if params.is_beam_search and (return_logprob or top_logprobs_num or logprob_start_len is not None):
+                raise ValueError("return_logprob is not supported with beam search: each beam reports its "
+                                 "cumulative_logprob and beam_score instead of token logprobs")
             arr = np.asarray(ids, dtype=np.int64)
             if arr.ndim != 1 or len(arr) == 0:
                 raise ValueError("a prompt must have at least one token")

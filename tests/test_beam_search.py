@@ -207,10 +207,12 @@ def test_beam_options_are_refused_where_they_make_no_sense(options, message):
         SamplingParams(**options)
 
 
-def test_engine_refuses_streaming_and_too_many_beams(tiny):
+def test_engine_refuses_streaming_logprobs_and_too_many_beams(tiny):
     eng, _ = tiny
     with pytest.raises(ValueError, match="stream"):
         eng.generate(input_ids=PROMPTS[0], sampling_params={"temperature": 0, "num_beams": 2}, stream=True)
+    with pytest.raises(ValueError, match="return_logprob"):
+        eng.generate(input_ids=PROMPTS[0], sampling_params={"temperature": 0, "num_beams": 2}, return_logprob=True)
     with pytest.raises(ValueError, match="max_running_requests"):
         eng.generate(input_ids=PROMPTS[0], sampling_params={"temperature": 0, "num_beams": 10_000})
 
