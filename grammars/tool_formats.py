@@ -229,11 +229,6 @@ def format_calls(fmt: ToolFormat, calls: Sequence[tuple[str, Mapping[str, Any]]]
     return opening + joined + spelling.close
 
 
-def format_call(fmt: ToolFormat, name: str, arguments: Mapping[str, Any]) -> str:
-    """One call as a section of its own (`format_calls` of one)."""
-    return format_calls(fmt, [(name, arguments)])
-
-
 def tools_prompt(tools: Sequence[Mapping[str, Any]], fmt: ToolFormat) -> str:
     """A system text listing `tools` (OpenAI tool objects) and showing how to call them in `fmt`, for chat
     templates that do not describe tools themselves."""

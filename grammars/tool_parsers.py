@@ -49,7 +49,6 @@ class ToolParse:
 
     content: str
     calls: tuple[CallProgress, ...]
-    section_started: bool
 
     @property
     def complete_calls(self) -> list[ToolCall]:
@@ -83,15 +82,15 @@ def parse_tool_output(text: str, fmt: ToolFormat, final: bool = True) -> ToolPar
         hold = max(hold, bare_hold)
     if at < 0:
         keep = len(text) if final else len(text) - hold
-        return ToolParse(text[:keep], (), False)
+        return ToolParse(text[:keep], ())
     section = text[after:]
     content = text[:at]
     if fmt == "pythonic":
-        return ToolParse(content, tuple(_python_calls(section)), True)
+        return ToolParse(content, tuple(_python_calls(section)))
     if fmt == "llama3":
         section = _JSON_CALL_OPEN + section
         content = content.removesuffix(PYTHON_TAG)
-    return ToolParse(content, tuple(_json_calls(section, spelling.arguments_key or "")), True)
+    return ToolParse(content, tuple(_json_calls(section, spelling.arguments_key or "")))
 
 
 def _bare_section(text: str, bare: str, key: str, final: bool) -> tuple[int, int]:

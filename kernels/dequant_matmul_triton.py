@@ -253,7 +253,7 @@ def dequant_matmul_triton(x: Tensor, w: Int4Weight | GGUFWeight, bias: Tensor | 
     block_m = 1 if m == 1 else (2 if m == 2 else (4 if m <= 4 else 16))
     gemv = fmt == INT4_FORMAT and block_m < 16
     gemv1 = gemv and m == 1 and x2.is_contiguous()
-    per_sm = GEMV1_PROGRAMS_PER_SM if gemv1 else 4
+    per_sm = GEMV1_PROGRAMS_PER_SM if gemv1 else GEMV_PROGRAMS_PER_SM if gemv else 4
     block_n = GEMV1_BLOCK_N if gemv1 else GEMV_BLOCK_N if gemv else (64 if block_m >= 16 else 32)
     if gemv:  # the last step of a slice may be partial (masked)
         block_k = max(GEMV1_BLOCK_K if gemv1 else GEMV_BLOCK_K // block_m, group)
