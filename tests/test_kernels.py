@@ -9,13 +9,11 @@
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
+from interpreted import run_interpreted
 
 from radixgen.kernels import dispatch, verify
 
@@ -30,15 +28,8 @@ def interpreted() -> dict:
     Skipped where CUDA is available: the GPU runs the same small table compiled (and the real one), and the GPU
     image's Triton 3.6 interpreter cannot run some cases (no bf16 scalar constants, 'get_bf16'; numpy 2.5's
     refusal to turn 1-element arrays into scalars), which Triton 3.9 on the CPU runs."""
-    pytest.importorskip("triton")
-    if torch.cuda.is_available():
-        pytest.skip("CUDA present: this table runs compiled in test_triton_cuda_matches_reference")
-    env = dict(os.environ, TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")
-    proc = subprocess.run([sys.executable, "-m", "radixgen.kernels.verify", "--size", "small", "--device", "cpu",
-                           "--json"], capture_output=True, text=True, env=env, timeout=600, check=False)
-    if not proc.stdout.strip():
-        pytest.fail(f"interpreter run printed nothing (rc={proc.returncode}):\n{proc.stderr[-4000:]}")
-    payload = json.loads(proc.stdout.strip().splitlines()[-1])
+    payload = run_interpreted(["-m", "radixgen.kernels.verify", "--size", "small", "--device", "cpu", "--json"],
+                              "CUDA present: this table runs compiled in test_triton_cuda_matches_reference")
     return {case_id: dict(r, seed=payload["seed"]) for case_id, r in payload["results"].items()}
 
 

@@ -10,14 +10,12 @@
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from interpreted import run_interpreted
 from kv_fp8_cases import FP8, AttentionCase, cases, rel_error, run_attention, run_store
 from model_fixtures import TINY_CONFIGS
 
@@ -100,15 +98,8 @@ def test_batched_cpu_ops_match_reference_on_fp8_cache(case: AttentionCase) -> No
 def interpreted() -> dict:
     """tests/kv_fp8_cases.py under the Triton interpreter in a child process (the variable must be set before
     Triton is imported). Skipped where CUDA is available: the GPU test runs the kernels compiled."""
-    pytest.importorskip("triton")
-    if torch.cuda.is_available():
-        pytest.skip("CUDA present: test_triton_cuda_fp8_matches_reference runs the kernels compiled")
-    env = dict(os.environ, TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")
-    proc = subprocess.run([sys.executable, str(HERE / "kv_fp8_cases.py"), "--device", "cpu", "--size", "small"],
-                          capture_output=True, text=True, env=env, timeout=600, check=False)
-    if not proc.stdout.strip():
-        pytest.fail(f"interpreter run printed nothing (rc={proc.returncode}):\n{proc.stderr[-4000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_interpreted([str(HERE / "kv_fp8_cases.py"), "--device", "cpu", "--size", "small"],
+                           "CUDA present: test_triton_cuda_fp8_matches_reference runs the kernels compiled")
 
 
 @pytest.mark.parametrize("name", [c.name for c in cases("small")])

@@ -15,16 +15,15 @@ The kernel against its torch twin runs in the shared check table (`kernels/verif
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 import torch
+from interpreted import run_interpreted
 from multi_query_cases import BackendCase, Inputs, cases, graph_batch, make_inputs, reference, run_case, shape_of
 
 from radixgen.kernels import verify
@@ -75,16 +74,11 @@ def test_backends_plan_the_split_their_kernels_serve() -> None:
 @pytest.fixture(scope="module")
 def interpreted() -> dict:
     """tests/multi_query_cases.py under the Triton interpreter in a child process: case name -> result."""
-    pytest.importorskip("triton")
-    if torch.cuda.is_available():
-        pytest.skip("CUDA present: these cases run compiled in test_triton_backend_matches_torch_backend_on_cuda")
-    env = dict(os.environ, TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")
     seed = int.from_bytes(os.urandom(4), "little")
-    proc = subprocess.run([sys.executable, str(HERE / "multi_query_cases.py"), "--device", "cpu", "--size", "small",
-                           "--seed", str(seed)], capture_output=True, text=True, env=env, timeout=600, check=False)
-    if proc.returncode != 0 or not proc.stdout.strip():
-        pytest.fail(f"interpreter run failed (rc={proc.returncode}):\n{proc.stderr[-4000:]}")
-    return {name: dict(r, seed=seed) for name, r in json.loads(proc.stdout.strip().splitlines()[-1]).items()}
+    args = [str(HERE / "multi_query_cases.py"), "--device", "cpu", "--size", "small", "--seed", str(seed)]
+    results = run_interpreted(args, "CUDA present: these cases run compiled in "
+                                    "test_triton_backend_matches_torch_backend_on_cuda")
+    return {name: dict(r, seed=seed) for name, r in results.items()}
 
 
 @pytest.mark.parametrize("case", SMALL, ids=lambda c: c.name)

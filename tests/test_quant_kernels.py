@@ -7,15 +7,13 @@ real (Llama-3-8B) shapes too.
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
+from interpreted import run_interpreted
 from quant_kernel_cases import TOLERANCE, Case, cases, make_weight, run_case
 
 from radixgen import kernels
@@ -28,15 +26,8 @@ CASES_SCRIPT = Path(__file__).with_name("quant_kernel_cases.py")
 
 @pytest.fixture(scope="module")
 def interpreted() -> dict:
-    pytest.importorskip("triton")
-    if torch.cuda.is_available():
-        pytest.skip("CUDA present: the table runs compiled in test_triton_cuda_matches_reference")
-    env = dict(os.environ, TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")
-    proc = subprocess.run([sys.executable, str(CASES_SCRIPT), "small"], capture_output=True, text=True, env=env,
-                          timeout=900, check=False)
-    if not proc.stdout.strip():
-        pytest.fail(f"interpreter run printed nothing (rc={proc.returncode}):\n{proc.stderr[-4000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_interpreted([str(CASES_SCRIPT), "small"],
+                           "CUDA present: the table runs compiled in test_triton_cuda_matches_reference", timeout=900)
 
 
 @pytest.mark.parametrize("case", SMALL, ids=lambda c: c.id)
