@@ -29,7 +29,8 @@ def interpreted() -> dict:
     image's Triton 3.6 interpreter cannot run some cases (no bf16 scalar constants, 'get_bf16'; numpy 2.5's
     refusal to turn 1-element arrays into scalars), which Triton 3.9 on the CPU runs."""
     payload = run_interpreted(["-m", "radixgen.kernels.verify", "--size", "small", "--device", "cpu", "--json"],
-                              "CUDA present: this table runs compiled in test_triton_cuda_matches_reference")
+                              "CUDA present: this table runs compiled in test_triton_cuda_matches_reference",
+                              check_rc=False)
     return {case_id: dict(r, seed=payload["seed"]) for case_id, r in payload["results"].items()}
 
 
