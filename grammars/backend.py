@@ -50,6 +50,11 @@ class GrammarMatcher(Protocol):
         """Bytes every valid continuation starts with (b"" when none, or when the backend cannot say)."""
         ...
 
+    def forced_token(self) -> int | None:
+        """The one token every valid continuation starts with, where the grammar names a token rather than text
+        (a special token: `forced_suffix` stops before it); None otherwise, or when the backend cannot say."""
+        ...
+
     def rollback(self, n_tokens: int) -> None:
         """Undo the last `n_tokens` accepted tokens; ValueError beyond those accepted."""
         ...

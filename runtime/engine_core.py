@@ -760,7 +760,12 @@ class EngineCore:
         if not self.config.enable_jump_forward or m.is_terminated():
             return [token]
         forced = whole_utf8_prefix(m.forced_suffix())
-        if not forced or not self._jump_pays(len(forced), 2):  # a byte is a token at most: no need to tokenize
+        if not forced:  # maybe a special token the grammar forces right after this one
+            marker = m.forced_token()
+            if marker is None or req.output_budget(self.max_context) < 2 or not self._jump_pays(1, 2):
+                return [token]
+            return self._count_jump(req, [token] + [marker][: self._advance_all(m, [marker])], int(computed))
+        if not self._jump_pays(len(forced), 2):  # a byte is a token at most: no need to tokenize
             return [token]
         budget = req.output_budget(self.max_context)  # the sampled token counts against it too
         try:
@@ -780,11 +785,11 @@ class EngineCore:
                 m.rollback(1)
                 taken = self._advance_all(m, ids)
                 if taken == len(ids):
-                    return self._count_jump(req, ids)
+                    return self._count_jump(req, ids, 0)  # a replaced token is in the row
                 m.rollback(taken)
                 m.advance(token)
             elif ids:
-                return self._count_jump(req, [token] + ids[1 : 1 + self._advance_all(m, ids[1:])])
+                return self._count_jump(req, [token] + ids[1 : 1 + self._advance_all(m, ids[1:])], kept)
         try:
             text = forced.decode("utf-8")
         except UnicodeDecodeError:  # starts inside a character the sampled token began: no jump this step
@@ -793,7 +798,7 @@ class EngineCore:
         ids = self._fit_row(self.tokenizer.encode(text, add_special_tokens=False)[: budget - 1], int(computed) - 1)
         if not self._jump_pays(len(ids), len(ids) + 1 - int(computed)):
             return [token]
-        return self._count_jump(req, [token] + ids[: self._advance_all(m, ids)])
+        return self._count_jump(req, [token] + ids[: self._advance_all(m, ids)], int(computed))
 
     def _fit_row(self, ids: list[int], outside: int) -> list[int]:
         """`ids` cut so that their step's row, which holds `len(ids) - outside` tokens, fits the multi-token CUDA
@@ -820,7 +825,21 @@ class EngineCore:
                 return n
         return len(ids)
 
-    def _count_jump(self, req: Req, ids: list[int]) -> list[int]:
+    def _count_jump(self, req: Req, ids: list[int], outside: int) -> list[int]:
+        """A jump's tokens (the first `outside` of them outside its step's row: computed by a launched step), with
+        the special tokens the grammar forces right after them (a marker such as `</tool_call>`: no text, so the
+        forced text stops before it) while the row and the output budget have room; counted as steps saved."""
+        m = req.matcher
+        assert m is not None, "only a constrained request jumps forward"
+        most = self.runner.max_graph_row_tokens
+        room = min(req.output_budget(self.max_context) - len(ids),
+                   (most - (len(ids) - outside)) if most is not None else 1 << 30)
+        while room > 0:
+            marker = m.forced_token()
+            if marker is None or not m.advance(marker):
+                break
+            ids.append(marker)
+            room -= 1
         req.decode_steps_saved += len(ids) - 1
         self.counters.jump_forward_tokens += len(ids) - 1
         return ids

@@ -145,6 +145,9 @@ class LLGuidanceMatcher:
     def forced_suffix(self) -> bytes:
         return b"" if self._eos_after_stop else bytes(self._matcher.compute_ff_bytes())
 
+    def forced_token(self) -> int | None:
+        return None  # the peer's forced text is all it reports
+
     def rollback(self, n_tokens: int) -> None:
         if not 0 <= n_tokens <= self._accepted:
             raise ValueError(f"cannot roll back {n_tokens} tokens; {self._accepted} were accepted")

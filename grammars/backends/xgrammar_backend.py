@@ -120,6 +120,9 @@ class XGrammarMatcher:
             return b""
         return str(self._matcher.find_jump_forward_string()).encode("utf-8")
 
+    def forced_token(self) -> int | None:
+        return None  # the peer's forced text is all it reports
+
     def rollback(self, n_tokens: int) -> None:
         if not 0 <= n_tokens <= self._accepted:
             raise ValueError(f"cannot roll back {n_tokens} tokens; {self._accepted} were accepted")
