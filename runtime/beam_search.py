@@ -56,10 +56,10 @@ class BeamGroup:
     finished_flags: npt.NDArray[np.bool_] = field(init=False)
     finished: list[BeamHypothesis | None] = field(init=False)
     improvable: bool = True  # transformers' is_early_stop_heuristic_unsatisfied
-    _eos: npt.NDArray[np.int64] = field(init=False, repr=False)
+    eos_array: npt.NDArray[np.int64] = field(init=False, repr=False)  # eos_ids as an array
 
     def __post_init__(self) -> None:
-        self._eos = np.fromiter(self.eos_ids, dtype=np.int64, count=len(self.eos_ids))
+        self.eos_array = np.fromiter(self.eos_ids, dtype=np.int64, count=len(self.eos_ids))
         n = self.params.num_beams
         self.finished_scores = np.full(n, _PENALTY, dtype=np.float32)
         self.finished_flags = np.zeros(n, dtype=np.bool_)
@@ -79,7 +79,7 @@ class BeamGroup:
         beam's output tokens so far."""
         nb = self.num_beams
         length = self.generated + 1  # the candidates' length
-        hits = (cand_tokens[:, None] == self._eos[None, :]).any(axis=1)
+        hits = (cand_tokens[:, None] == self.eos_array[None, :]).any(axis=1)
         if length >= self.max_new_tokens:
             hits[:] = True
         # The best num_beams that do not stop continue (transformers' _get_running_beams_for_next_iteration).

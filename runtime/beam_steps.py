@@ -4,8 +4,9 @@ A beam search request prefills as any request; at its first sample it becomes th
 (`ReqState.BEAMS`, no row of its own) and its beams run as requests of their own, forked from it: a fork shares
 its parent's KV slots (the scheduler's `fork`: the table row's slots, never the KV), so the prompt's KV is held
 once whatever `num_beams`, and a beam's own KV is one slot per token it adds. Each step scores every beam of
-the step at once (`beam_search.beam_candidates`), lets each search choose (`BeamGroup.advance`), then drops the
-beams nobody continues before it forks the new ones, so a search never holds more than num_beams rows.
+the step at once (`beam_search.beam_candidates`), lets each search choose (`BeamGroup.advance`), then turns the
+beams nobody continues into the new children (`Scheduler.refork`: same request and row, the parent's slots), so
+a search never holds more than num_beams rows.
 """
 
 from __future__ import annotations
@@ -117,17 +118,28 @@ class BeamSearches:
         return eos | frozenset(req.params.stop_token_ids)
 
     def _fork(self, root: Req, parent: Req) -> Req:
+        """A new beam continuing `parent` (its own request and row)."""
         child = Req(rid=f"{root.rid}#beam{next(self._ids)}", origin_ids=root.origin_ids, params=root.params,
-                    namespace=root.namespace, output_ids=list(parent.output_ids), grammar=root.grammar,
-                    beam_group=root.rid)
-        if root.grammar is not None:
-            child.matcher = root.grammar.matcher()
-            eos = self.eos_of(root)
-            for t in child.output_ids:
-                if t not in eos and not child.matcher.advance(t):
-                    raise RuntimeError(f"beam of {root.rid}: its grammar refused its own token {t}")
+                    namespace=root.namespace, beam_group=root.rid)
+        self._take_tokens(root, child, parent)
         self.scheduler.fork(parent, child)
         return child
+
+    def _refork(self, root: Req, beam: Req, parent: Req) -> Req:
+        """A dropped beam turned into a new one continuing `parent` (its request and row reused)."""
+        self._take_tokens(root, beam, parent)
+        self.scheduler.refork(beam, parent)
+        return beam
+
+    def _take_tokens(self, root: Req, beam: Req, parent: Req) -> None:
+        """`beam` holds the parent's output tokens, and its grammar stands where the parent's does."""
+        beam.output_ids = list(parent.output_ids)
+        if root.grammar is not None:
+            beam.matcher = root.grammar.matcher()
+            eos = self.eos_of(root)
+            for t in beam.output_ids:
+                if t not in eos and not beam.matcher.advance(t):
+                    raise RuntimeError(f"beam of {root.rid}: its grammar refused its own token {t}")
 
     def _ban(self, logprobs: torch.Tensor, runs: list[BeamRun], ordered: list[Req]) -> None:
         """-inf where a beam may not continue: its grammar, padding ids past the tokenizer, EOS before
@@ -140,40 +152,39 @@ class BeamSearches:
         rows: list[np.ndarray] = []
         cols: list[np.ndarray] = []
         r = 0
-        for run in runs:
-            params = run.group.params
-            eos = np.fromiter(run.group.eos_ids, dtype=np.int64)
-            for beam in run.beams:
-                banned = []
-                if len(beam.output_ids) < params.min_new_tokens and len(eos):
-                    banned.append(eos)
-                if params.no_repeat_ngram_size:
-                    banned.append(ngram_bans(beam.fill_ids(), params.no_repeat_ngram_size))
-                if banned:
-                    ids = np.concatenate(banned)
-                    rows.append(np.full(len(ids), r, dtype=np.int64))
+        for run in runs:  # a search's beams hold equally many tokens: EOS is banned for all or none of them
+            params, n = run.group.params, len(run.beams)
+            eos = run.group.eos_array
+            if run.group.generated < params.min_new_tokens and len(eos):
+                rows.append(np.repeat(np.arange(r, r + n, dtype=np.int64), len(eos)))
+                cols.append(np.tile(eos, n))
+            if params.no_repeat_ngram_size:
+                for i, beam in enumerate(run.beams):
+                    ids = ngram_bans(beam.fill_ids(), params.no_repeat_ngram_size)
+                    rows.append(np.full(len(ids), r + i, dtype=np.int64))
                     cols.append(ids)
-                r += 1
+            r += n
         if rows:
             at = torch.as_tensor(np.concatenate(rows), device=logprobs.device)
             to = torch.as_tensor(np.concatenate(cols), device=logprobs.device)
             logprobs[at, to] = float("-inf")
 
     def _apply(self, run: BeamRun, choice: BeamChoice) -> None:
-        """The new beams: drop the beams nobody continues, then fork the parents with several children (the
-        first child continues the parent's own request), then append each beam's token."""
+        """The new beams: a parent's first child continues the parent's own request, each further child takes a
+        dropped beam's request (a fork only where none is left: the first step), the rest of the dropped beams are
+        released; then each beam's token is appended."""
         children: dict[int, list[int]] = {}
         for j, p in enumerate(choice.parents.tolist()):
             children.setdefault(p, []).append(j)
-        for p, beam in enumerate(run.beams):
-            if p not in children:
-                self.scheduler.release_beam(beam)
+        dropped = [beam for p, beam in enumerate(run.beams) if p not in children]
         new: list[Req | None] = [None] * len(choice.parents)
         for p, js in children.items():
             parent = run.beams[p]
-            for j in js[1:]:
-                new[j] = self._fork(run.root, parent)
+            for j in js[1:]:  # a dropped beam's request becomes the child where there is one
+                new[j] = self._refork(run.root, dropped.pop(), parent) if dropped else self._fork(run.root, parent)
             new[js[0]] = parent
+        for beam in dropped:
+            self.scheduler.release_beam(beam)
         beams = [b for b in new if b is not None]
         for beam, token in zip(beams, choice.tokens.tolist()):
             beam.output_ids.append(token)

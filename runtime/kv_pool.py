@@ -214,6 +214,11 @@ class ReqToTokenPool:
         self.allocations[row] += 1
         return row
 
+    def rehold(self, row: int) -> None:
+        """A taken row now holds another sequence (a beam turned into another's fork): a new holder, as if freed
+        and handed out again."""
+        self.allocations[row] += 1
+
     def free(self, row: int) -> None:
         if not 0 <= row < self.max_requests or row in self._free_rows:
             raise ValueError(f"invalid free of request row {row}")

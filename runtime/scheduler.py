@@ -388,14 +388,35 @@ class Scheduler:
         """The rows kept at admission for a beam search's beams are theirs now."""
         self._beam_rows.pop(root.rid, None)
 
-    def release_beam(self, req: Req, state: ReqState = ReqState.FINISHED) -> None:
-        """Give back a running beam's row, node lock and the slots no other beam holds (nothing is cached)."""
-        buf = self.slots.pop(req.rid)
-        owned = buf.view(req.tree_len, req.kv_len)
+    def refork(self, beam: Req, parent: Req) -> None:
+        """Make running beam `beam` a fork of `parent` in place: it gives back the slots no other beam holds and
+        holds the parent's instead (its row and its place among the running requests are kept: a dropped beam
+        becomes a new child without a release and a fork)."""
+        assert parent.node is not None and beam.node is not None, "running beams hold tree nodes"
+        buf = self.slots[beam.rid]
+        self._give_back_beam_slots(buf.view(beam.tree_len, beam.kv_len))
+        held = self.slots[parent.rid].view(0, parent.kv_len)
+        buf.truncate(0)
+        buf.extend(held)
+        self.beam_refs[held[parent.tree_len:]] += 1
+        if beam.node is not parent.node:
+            self.cache.lock(parent.node)
+            self.cache.unlock(beam.node)
+        beam.node, beam.tree_len, beam.kv_len, beam.synced_len = parent.node, parent.tree_len, parent.kv_len, 0
+        assert beam.req_pool_idx is not None, "a running beam holds a row"
+        self.req_rows.rehold(beam.req_pool_idx)  # state kept per row (decode K/V copies) is not the new sequence's
+
+    def _give_back_beam_slots(self, owned: SlotArray) -> None:
+        """Free the slots of `owned` no other beam holds; the others lose one holder."""
         shared = self.beam_refs[owned] > 0
         if (~shared).any():
             self.allocator.free(owned[~shared].copy())
         self.beam_refs[owned[shared]] -= 1
+
+    def release_beam(self, req: Req, state: ReqState = ReqState.FINISHED) -> None:
+        """Give back a running beam's row, node lock and the slots no other beam holds (nothing is cached)."""
+        buf = self.slots.pop(req.rid)
+        self._give_back_beam_slots(buf.view(req.tree_len, req.kv_len))
         assert req.node is not None and req.req_pool_idx is not None, "a running request holds a node and a row"
         self.cache.unlock(req.node)
         self.req_rows.free(req.req_pool_idx)

@@ -247,8 +247,8 @@ def test_rewind_frees_the_positions_it_forgets_and_the_overlap_waits_for_unsampl
 
 @pytest.mark.parametrize("cache", [True, False])
 def test_forked_beams_share_their_parents_slots_and_give_each_back_once(cache):
-    """Forks hold their parent's slots (counted in beam_refs), beams decode together, and releasing every beam
-    in any order frees each slot exactly once (or leaves it to the tree)."""
+    """Forks (and beams re-forked in place) hold their parent's slots (counted in beam_refs), beams decode
+    together, and releasing every beam in any order frees each slot exactly once (or leaves it to the tree)."""
     from radixgen.runtime.sampling_params import SamplingParams
 
     s, alloc, tree = make(cache=cache, max_running=8)
@@ -273,11 +273,19 @@ def test_forked_beams_share_their_parents_slots_and_give_each_back_once(cache):
         s.commit(batch)
         views = [s.slot_view(b, 0, 20) for b in beams]
         assert all((v == views[0]).all() for v in views), "one copy of the prompt"
-        extra = Req(rid=f"f{step}", origin_ids=root.origin_ids, params=root.params, beam_group="r",
-                    output_ids=list(beams[0].output_ids))
-        s.fork(beams[0], extra)
-        s.release_beam(beams.pop())
-        beams.append(extra)
+        if step % 2:  # the last beam dropped, a new request forked from beam 0
+            extra = Req(rid=f"f{step}", origin_ids=root.origin_ids, params=root.params, beam_group="r",
+                        output_ids=list(beams[0].output_ids))
+            s.fork(beams[0], extra)
+            s.release_beam(beams.pop())
+            beams.append(extra)
+        else:  # the last beam's request and row become beam 0's child
+            row = beams[-1].req_pool_idx
+            held_before = s.req_rows.allocations[row]
+            beams[-1].output_ids = list(beams[0].output_ids)
+            s.refork(beams[-1], beams[0])
+            assert beams[-1].req_pool_idx == row and s.req_rows.allocations[row] == held_before + 1
+            assert (s.slot_view(beams[-1]) == s.slot_view(beams[0])).all()
         owned = np.concatenate([s.slot_view(b, b.tree_len, b.kv_len) for b in beams])
         holders = np.unique(owned, return_counts=True)
         assert (s.beam_refs[holders[0]] == holders[1] - 1).all()
