@@ -760,11 +760,10 @@ class EngineCore:
         if not self.config.enable_jump_forward or m.is_terminated():
             return [token]
         forced = whole_utf8_prefix(m.forced_suffix())
-        if not forced:  # maybe a special token the grammar forces right after this one
-            marker = m.forced_token()
-            if marker is None or req.output_budget(self.max_context) < 2 or not self._jump_pays(1, 2):
+        if not forced:  # maybe special tokens the grammar forces right after this one (`_count_jump` takes them)
+            if m.forced_token() is None or not self._jump_pays(1, 2):
                 return [token]
-            return self._count_jump(req, [token] + [marker][: self._advance_all(m, [marker])], int(computed))
+            return self._count_jump(req, [token], int(computed))
         if not self._jump_pays(len(forced), 2):  # a byte is a token at most: no need to tokenize
             return [token]
         budget = req.output_budget(self.max_context)  # the sampled token counts against it too
