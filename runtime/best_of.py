@@ -4,7 +4,8 @@ semantics), highest first, each reporting its `cumulative_logprob`.
 A sample's cumulative logprob is the sum of its output tokens' logprobs as the engine reports them (the sampled
 tokens' logprobs); tokens the engine did not sample (forced by a grammar) have none and add nothing. The
 samples are ordinary single-sample requests (`SamplingParams.expand_n`), so they share the prompt's KV through
-the radix cache; they run with logprobs on, which the caller gets only if it asked for them.
+the radix cache; they run with logprobs on, which the caller gets only if it asked for them. A beam search's
+returned beams are unfolded here too (`beam_results`), for the engine and the server alike.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from radixgen.runtime.outputs import MetaInfo, TokenLogprob
 from radixgen.runtime.sampling_params import SamplingParams
@@ -64,3 +66,15 @@ def ranked_meta(meta: MetaInfo, keep_logprobs: bool) -> MetaInfo:
         return ranked
     return dataclasses.replace(ranked, input_token_logprobs=None, output_token_logprobs=None,
                                input_top_logprobs=None, output_top_logprobs=None)
+
+
+def beam_results(meta_info: dict[str, Any]) -> list[tuple[str, list[int], dict[str, Any]]]:
+    """A finished beam search's returned beams, best first, as (text, output_ids, meta_info): each meta_info is
+    the search's (its public dict) with the beam's completion_tokens, finish_reason, beam_score and
+    cumulative_logprob. Empty for any other request."""
+    out = []
+    for beam in meta_info.get("finished_beams", ()):
+        info = {**meta_info, "completion_tokens": len(beam["output_ids"]), "finish_reason": beam["finish_reason"],
+                "beam_score": beam["score"], "cumulative_logprob": beam["cumulative_logprob"]}
+        out.append((beam["text"], list(beam["output_ids"]), info))
+    return out

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import dataclasses
 import functools
 import itertools
 import logging
@@ -23,7 +22,14 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from radixgen.grammars.reasoning import THINK_CLOSE
-from radixgen.runtime.best_of import SampleGroup, cumulative_logprob, ranked_meta, returned_samples, sample_groups
+from radixgen.runtime.best_of import (
+    SampleGroup,
+    beam_results,
+    cumulative_logprob,
+    ranked_meta,
+    returned_samples,
+    sample_groups,
+)
 from radixgen.runtime.cpu_threads import apply_cpu_threads
 from radixgen.runtime.engine_config import EngineConfig
 from radixgen.runtime.output_sink import AsyncSink, SyncSink
@@ -86,15 +92,11 @@ class Finished(NamedTuple):
 def _returned(finished: Sequence[Finished], groups: Sequence[SampleGroup], keep_logprobs: bool) -> list[dict]:
     """The caller's results: every sample, or of a best_of prompt its n best (reporting cumulative_logprob)."""
     cumulative = [cumulative_logprob(f.meta.output_token_logprobs) for f in finished]
-    results = []
+    results: list[dict] = []
     for i, ranked in returned_samples(groups, cumulative):
         text, ids, meta = finished[i]
         if meta.finished_beams:  # a beam search: each returned beam is a result, best first
-            for beam in meta.finished_beams:
-                info = dataclasses.replace(meta, completion_tokens=len(beam.output_ids),
-                                           finish_reason=beam.finish_reason, beam_score=beam.score,
-                                           cumulative_logprob=beam.cumulative_logprob)
-                results.append({"text": beam.text, "output_ids": list(beam.output_ids), "meta_info": info.to_dict()})
+            results.extend({"text": t, "output_ids": i, "meta_info": m} for t, i, m in beam_results(meta.to_dict()))
             continue
         meta = ranked_meta(meta, keep_logprobs) if ranked else meta
         results.append({"text": text, "output_ids": ids, "meta_info": meta.to_dict()})

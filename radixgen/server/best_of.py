@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from radixgen.runtime.best_of import SampleGroup, cumulative_logprob, returned_samples
+from radixgen.runtime.best_of import SampleGroup, beam_results, cumulative_logprob, returned_samples
 from radixgen.server.generation import Output
 from radixgen.server.native_protocol import LOGPROB_KEYS, TOP_LOGPROB_KEYS
 
@@ -36,12 +36,6 @@ def returned_outputs(outputs: Sequence[Output], groups: Sequence[SampleGroup], k
 
 
 def beam_outputs(meta: dict[str, Any]) -> list[Output]:
-    """A finished beam search's returned beams as outputs, best first, as `Engine.generate` gives them: each
-    meta_info is the search's with the beam's `completion_tokens`, `finish_reason`, `beam_score` and
-    `cumulative_logprob`."""
-    outputs = []
-    for beam in meta["finished_beams"]:
-        info = {**meta, "completion_tokens": len(beam["output_ids"]), "finish_reason": beam["finish_reason"],
-                "beam_score": beam["score"], "cumulative_logprob": beam["cumulative_logprob"]}
-        outputs.append(Output(beam["text"], list(beam["output_ids"]), info))
-    return outputs
+    """A finished beam search's returned beams as outputs, best first, as `Engine.generate` gives them
+    (`runtime.best_of.beam_results`)."""
+    return [Output(text, ids, info) for text, ids, info in beam_results(meta)]
