@@ -52,6 +52,7 @@ def gen(
     early_stopping: bool | str | None = None,
     num_return_sequences: int | None = None,
     no_repeat_ngram_size: int | None = None,
+    penalty_alpha: float | None = None,
 ) -> Expr:
     """Generate a span named `name`. With `choices` it is a `select`; at most one of regex / json_schema /
     grammar / dtype constrains the output. `n > 1` samples n answers after the same text: the variable holds
@@ -59,7 +60,8 @@ def gen(
     highest cumulative logprob, best first (vLLM's `best_of`). `num_beams > 1` runs a beam search
     (transformers' `length_penalty`, `early_stopping`, `no_repeat_ngram_size`; temperature 0): the variable holds
     the best beam's text, or with `num_return_sequences` (or `n`) > 1 the list of the best beams, best first, the
-    text continuing with the best. `logprob_start_len` and `return_text_in_logprobs`
+    text continuing with the best. `penalty_alpha > 0` with `top_k > 1` runs a contrastive search (temperature
+    0 unless given). `logprob_start_len` and `return_text_in_logprobs`
     are accepted so that SGLang programs run unchanged; a gen's logprobs always start at its first generated
     token.
 
@@ -94,11 +96,14 @@ def gen(
         if dtype not in DTYPE_REGEX:
             raise TypeError(f"dtype must be one of int, float, bool, str; got {dtype!r}")
         constraint = Constraint("regex", DTYPE_REGEX[dtype])
+    if penalty_alpha and temperature is None:
+        temperature = 0.0  # contrastive search is deterministic: a run's default temperature does not apply
     spec = GenSpec(
         max_new_tokens=max_tokens, min_new_tokens=min_tokens, stop=stop_strings(stop),
         stop_token_ids=token_ids(stop_token_ids), temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
         frequency_penalty=frequency_penalty, presence_penalty=presence_penalty, ignore_eos=ignore_eos,
         return_logprob=return_logprob, top_logprobs_num=top_logprobs_num, constraint=constraint,
+        penalty_alpha=penalty_alpha,
     )
     beams = BeamArgs(num_beams, length_penalty, early_stopping, num_return_sequences, no_repeat_ngram_size)
     if beams.searches:

@@ -59,6 +59,7 @@ class GenSpec:
     frequency_penalty: float | None = None
     presence_penalty: float | None = None
     ignore_eos: bool | None = None
+    penalty_alpha: float | None = None
     return_logprob: bool | None = None
     top_logprobs_num: int | None = None
     constraint: Constraint | None = None

@@ -200,9 +200,10 @@ class Engine:
         reqs: list[Req] = []
         for ids, params in zip(id_lists, params_list):
             params.validate(vocab_size)
-            if params.num_beams > self.config.max_running_requests:
-                raise ValueError(f"num_beams ({params.num_beams}) exceeds max_running_requests "
-                                 f"({self.config.max_running_requests}): each beam runs as a request")
+            if params.search_width > self.config.max_running_requests:
+                name = "num_beams" if params.is_beam_search else "top_k"
+                raise ValueError(f"{name} ({params.search_width}) exceeds max_running_requests "
+                                 f"({self.config.max_running_requests}): each beam or candidate runs as a request")
             if params.is_beam_search and (return_logprob or top_logprobs_num or logprob_start_len is not None):
                 raise ValueError("return_logprob is not supported with beam search: each beam reports its "
                                  "cumulative_logprob and beam_score instead of token logprobs")
@@ -220,6 +221,8 @@ class Engine:
             wants_logprob = return_logprob or params.picks_best  # best_of ranks samples by their logprobs
             for sub in params.expand_n():
                 req = self._make_req(arr, sub, grammar, wants_logprob, top_logprobs_num, logprob_start_len, rid)
+                if sub.is_contrastive and req.logprob_start_len is None:
+                    req.logprob_start_len = 0  # every prompt position's hidden state: none is served from the cache
                 req.namespace = cache_namespace
                 reqs.append(req)
         first = params_list[0]

@@ -11,7 +11,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 import numpy as np
 import torch
@@ -20,6 +20,7 @@ from radixgen.grammars import bitmask_words
 from radixgen.radix import PrefixCache
 from radixgen.runtime.batch_builder import LogitRows, build_forward_batch
 from radixgen.runtime.beam_steps import BeamSearches
+from radixgen.runtime.contrastive_steps import ContrastiveSearches
 from radixgen.runtime.engine_config import EngineConfig
 from radixgen.runtime.engine_counters import EngineCounters, StepTimes
 from radixgen.runtime.forward_batch import host_to_device
@@ -118,6 +119,9 @@ class EngineCore:
         self._eos_set = frozenset(tokenizer.eos_token_ids)
         self._eos_ids = tuple(tokenizer.eos_token_ids)
         self._beam_searches = 0  # beam-search requests submitted and not finished (their steps take _beam_step)
+        self._contrastive_searches = 0  # ... contrastive-search requests (their steps compute hidden states)
+        self.contrastive = ContrastiveSearches(self.scheduler, lambda reqs: self._grammar_masks(reqs, frozenset()),
+                                               self.sampler.token_count)
         self.beams = BeamSearches(self.scheduler, lambda reqs: self._grammar_masks(reqs, frozenset()), self._eos_set,
                                   self.sampler.token_count, self.max_context)
         self._inflight: SampledStep | None = None  # sampled, launched, not yet delivered (overlapped loop)
@@ -177,6 +181,7 @@ class EngineCore:
             if kind == "add":
                 self.reqs[payload.rid] = payload
                 self._beam_searches += payload.params.is_beam_search
+                self._contrastive_searches += payload.params.is_contrastive
                 self.scheduler.add(payload)
             elif kind == "abort":
                 req = self.reqs.get(payload)
@@ -226,9 +231,14 @@ class EngineCore:
             self._overlapped_step(batch, prev, constrained)
             return
         fb, rows = build_forward_batch(batch, self.scheduler, self.req_rows.req_to_token, self.device)
-        logits = self._forward(batch, fb)
+        hidden = None
+        if self._contrastive_searches and any(it.req.params.is_contrastive for it in batch.items):
+            logits, hidden = self._forward(batch, fb, with_hidden=True)  # a contrastive search reads the states
+            self._contrastive_prompts(batch, rows, hidden)
+        else:
+            logits = self._forward(batch, fb)
         self._prompt_logprobs(batch, rows, logits)
-        sampled = self._sample(batch, rows, logits)
+        sampled = self._sample(batch, rows, logits, hidden=hidden)
         if sampled is None:
             return
         if sampled.counts is None and self.scheduler.can_defer_delivery(sampled.reqs):
@@ -236,9 +246,19 @@ class EngineCore:
         else:
             self._deliver(sampled)
 
-    def _forward(self, batch: ScheduleBatch, fb: ForwardBatch) -> torch.Tensor:
+    @overload
+    def _forward(self, batch: ScheduleBatch, fb: ForwardBatch) -> torch.Tensor: ...
+
+    @overload
+    def _forward(self, batch: ScheduleBatch, fb: ForwardBatch,
+                 with_hidden: Literal[True]) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def _forward(self, batch: ScheduleBatch, fb: ForwardBatch,
+                 with_hidden: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """The step's logits (and, `with_hidden`, the final hidden states of the same rows)."""
         t0 = time.perf_counter()
-        logits = self.runner.forward(fb)
+        out: torch.Tensor | tuple[torch.Tensor, torch.Tensor] = (
+            self.runner.forward_with_hidden(fb) if with_hidden else self.runner.forward(fb))
         self.scheduler.commit(batch)
         c = self.counters
         elapsed = time.perf_counter() - t0
@@ -248,7 +268,7 @@ class EngineCore:
         c.decode_steps += int(batch.is_decode)
         c.forward_tokens += batch.num_tokens
         c.preemptions = self.scheduler.num_preemptions
-        return logits
+        return out
 
     def _overlapped_step(self, batch: ScheduleBatch, prev: SampledStep, constrained: bool) -> None:
         """Launch `batch`, the next decode of the in-flight step's requests, its input tokens read on the device
@@ -281,6 +301,17 @@ class EngineCore:
             self._inflight = None  # every request ended with the tokens just delivered: nothing to wait for
 
     # --------------------------------------------------------- outputs
+    def _contrastive_prompts(self, batch: ScheduleBatch, rows: LogitRows, hidden: torch.Tensor) -> None:
+        """The prompt positions' hidden states of the contrastive searches prefilling in this step."""
+        for i, it in enumerate(batch.items):
+            req = it.req
+            if not req.params.is_contrastive or it.logits_from is None or req.beam_group is not None:
+                continue
+            first_pos, n, lo = it.start + it.logits_from, int(rows.count[i]), int(rows.first[i])
+            n = min(n, req.prompt_len - first_pos)
+            if n > 0:
+                self.contrastive.add_prompt_hidden(req, first_pos, hidden[lo : lo + n])
+
     def _prompt_logprobs(self, batch: ScheduleBatch, rows: LogitRows, logits: torch.Tensor) -> None:
         for i, it in enumerate(batch.items):
             if it.logits_from is None or rows.count[i] == 0:
@@ -306,7 +337,7 @@ class EngineCore:
 
     def _sample(self, batch: ScheduleBatch, rows: LogitRows, logits: torch.Tensor,
                 sampling: tuple[SamplingBatch, list[int]] | None = None,
-                stale: frozenset[str] = frozenset()) -> SampledStep | None:
+                stale: frozenset[str] = frozenset(), hidden: torch.Tensor | None = None) -> SampledStep | None:
         """Sample the next token of every item that reaches the end of its tokens, and start copying the tokens
         to the host. `sampling`: the sampling batch and its rows' counted tokens, when the caller has them;
         `stale`: requests whose sample here is to be dropped (their tokens changed after the forward)."""
@@ -314,7 +345,9 @@ class EngineCore:
         for i, it in enumerate(batch.items):
             if not it.sample:
                 continue
-            if it.req.output_budget(self.max_context) <= 0:  # max_new_tokens=0: prefill (and score) only
+            # max_new_tokens=0: prefill (and score) only; a search's own requests (a contrastive candidate holds the
+            # token it proposes) leave the limit to their search
+            if it.req.beam_group is None and it.req.output_budget(self.max_context) <= 0:
                 self._finish(it.req, LengthFinish())
             else:
                 sel.append(i)
@@ -322,6 +355,12 @@ class EngineCore:
         if beams:
             self._beam_step([batch.items[i].req for i in beams], logits, rows.sample_row[beams])
             sel = [i for i in sel if not batch.items[i].req.params.is_beam_search]
+        contrastive = [i for i in sel if batch.items[i].req.params.is_contrastive] if self._contrastive_searches else []
+        if contrastive:
+            assert hidden is not None, "a step with contrastive searches computes the hidden states"
+            self._contrastive_step([batch.items[i].req for i in contrastive], logits, hidden,
+                                   rows.sample_row[contrastive])
+            sel = [i for i in sel if not batch.items[i].req.params.is_contrastive]
         if not sel:
             return None
         reqs = [batch.items[i].req for i in sel]
@@ -390,6 +429,39 @@ class EngineCore:
             root.output_ids = list(best.output_ids)
             root.emitted_text, root.text_pos, root.text_done = best.text, len(best.output_ids), True
             self._finish(root, best.finish_reason, delta_text=best.text, delta_ids=list(best.output_ids))
+
+    def _contrastive_step(self, reqs: list[Req], logits: torch.Tensor, hidden: torch.Tensor,
+                          sample_rows: np.ndarray) -> None:
+        """Start the contrastive searches whose prompt this step finished, and take each running one's winner:
+        its token is appended to the request (stops, streaming), then its logits give the next candidates."""
+        t0 = time.perf_counter()
+        roots = [(r, int(row)) for r, row in zip(reqs, sample_rows) if r.beam_group is None]
+        cands = [(r, int(row)) for r, row in zip(reqs, sample_rows) if r.beam_group is not None]
+        try:
+            for root, row in roots:
+                self.contrastive.start(root, logits[row])
+            choices = self.contrastive.choose([r for r, _ in cands], logits, hidden,
+                                              np.array([row for _, row in cands], dtype=np.int64))
+        except Exception as exc:  # one failing search never takes its batch down
+            log.exception("contrastive search step failed")
+            for rid in {r.beam_group or r.rid for r in reqs}:
+                if rid in self.reqs:
+                    self._finish(self.reqs[rid], AbortFinish(f"{type(exc).__name__}: {exc}"))
+            return
+        finally:
+            self.counters.sample_seconds += time.perf_counter() - t0
+        for choice in choices:
+            root = choice.run.root
+            refused = root.matcher is not None and choice.token not in self._eos_set and \
+                not root.matcher.advance(choice.token)
+            if refused:
+                self._finish(root, AbortFinish(f"constraint refused the chosen token {choice.token}"))
+                continue
+            if root.first_token_time is None:
+                root.first_token_time = time.perf_counter()
+            self._append(root, [choice.token])
+            if root.state is ReqState.BEAMS:  # it goes on
+                self.contrastive.proceed(choice, logits[choice.row])
 
     def _beam_result(self, req: Req, ids: tuple[int, ...], score: float, cumulative: float) -> BeamResult:
         eos = self.beams.eos_of(req)
@@ -624,7 +696,7 @@ class EngineCore:
             return self._verify_masks(reqs, matchers, stale, counts)
         mask = self._masks.rows(len(matchers))
         for k, (j, matcher) in enumerate(matchers):
-            if reqs[j].rid in stale or reqs[j].state is not ReqState.RUNNING:
+            if reqs[j].rid in stale or reqs[j].state not in (ReqState.RUNNING, ReqState.BEAMS):
                 mask[k] = -1  # a sample nobody reads: any token
                 continue
             try:
@@ -900,7 +972,9 @@ class EngineCore:
                 self._finish(root, reason)
             return
         self.beams.end(req)
+        self.contrastive.end(req)
         self._beam_searches -= req.params.is_beam_search
+        self._contrastive_searches -= req.params.is_contrastive
         if not req.text_done:
             delta_text += self._text_so_far(req, finished=True)
         if req.state is ReqState.RUNNING and req.kv_len > req.fill_len:
@@ -993,5 +1067,5 @@ def _may_speculate(req: Req) -> bool:
     """Penalties count every earlier token, so a drafted position would need the drafts before it counted:
     requests with a penalty decode one token per step."""
     p = req.params
-    return (not p.is_beam_search and p.frequency_penalty == 0.0 and p.presence_penalty == 0.0
+    return (not p.is_beam_search and not p.is_contrastive and p.frequency_penalty == 0.0 and p.presence_penalty == 0.0
             and p.repetition_penalty == 1.0)

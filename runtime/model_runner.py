@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from radixgen import kernels
 from radixgen.runtime.attention import DecodeKVCopies, attention_backend_for
+from radixgen.runtime.attention.backend import AttentionBackend
 from radixgen.runtime.download import cache_dir
 from radixgen.runtime.engine_config import EngineConfig
 from radixgen.runtime.forward_batch import ForwardBatch
@@ -162,6 +164,12 @@ class ModelRunner:
             if k is not None:
                 return graphs.replay_short(batch, k)
         return self._run_model(batch)
+
+    @torch.inference_mode()
+    def forward_with_hidden(self, batch: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """`forward`'s logits and the final hidden states of the same rows (eager: the graphs keep logits only)."""
+        backend: AttentionBackend[Any] = self.attention
+        return self.model.forward_with_hidden(batch, self.kv_pool, backend, backend.plan(batch))
 
     def _run_model(self, batch: ForwardBatch) -> torch.Tensor:
         """The model's forward of `batch` with the attention backend's plan of it (planned here, once)."""

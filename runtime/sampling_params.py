@@ -18,6 +18,7 @@ Semantics of the special values (kept from SGLang so user code ports unchanged):
     best_of None          n samples, all returned (best_of > n: the n of highest cumulative logprob)
     num_beams > 1         beam search (transformers' semantics, greedy only); the `num_return_sequences` best
                           finished beams are returned (None: n of them)
+    penalty_alpha > 0     contrastive search among the top_k candidates (top_k > 1, temperature 0)
 """
 
 from __future__ import annotations
@@ -78,6 +79,10 @@ class SamplingParams:
     early_stopping: bool | str = False
     num_return_sequences: int | None = None
     no_repeat_ngram_size: int = 0
+    # Contrastive search (transformers' names): with penalty_alpha > 0 and top_k > 1, each step picks among the
+    # top_k tokens the one maximising (1 - penalty_alpha) * p - penalty_alpha * (its hidden state's largest
+    # cosine similarity to the earlier positions'); deterministic, so it needs temperature 0.
+    penalty_alpha: float = 0.0
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalise through object.__setattr__
@@ -145,6 +150,15 @@ class SamplingParams:
     @property
     def is_beam_search(self) -> bool:
         return self.num_beams > 1
+
+    @property
+    def is_contrastive(self) -> bool:
+        return self.penalty_alpha > 0.0 and self.top_k > 1
+
+    @property
+    def search_width(self) -> int:
+        """Engine requests a search runs for this one (its beams, or its contrastive candidates); 1 otherwise."""
+        return self.num_beams if self.is_beam_search else self.top_k if self.is_contrastive else 1
 
     @property
     def beams_returned(self) -> int:
@@ -221,6 +235,7 @@ class SamplingParams:
         if self.json_schema is not None and not isinstance(self.json_schema, (str, dict)):
             raise SamplingParamsError(f"json_schema must be a string or a dict, got {type(self.json_schema).__name__}")
         self._check_beam_search()
+        self._check_contrastive()
         given = [k for k in CONSTRAINT_KINDS if getattr(self, k) is not None]
         if len(given) > 1:
             raise SamplingParamsError(f"{given[1]}: at most one constraint ({', '.join(CONSTRAINT_KINDS)}) per "
@@ -234,6 +249,31 @@ class SamplingParams:
         if best_of > 1 and self.is_greedy:
             raise SamplingParamsError(f"best_of must be 1 with greedy decoding (temperature 0 or top_k 1), got "
                                       f"{best_of}: every sample would be the same")
+
+    def _check_contrastive(self) -> None:
+        """penalty_alpha's range, and what contrastive search cannot be combined with."""
+        _check_float("penalty_alpha", self.penalty_alpha)
+        if not 0.0 <= self.penalty_alpha <= 1.0:
+            raise SamplingParamsError(f"penalty_alpha must be in [0, 1] (0 = off), got {self.penalty_alpha}")
+        if self.penalty_alpha == 0.0:
+            return
+        if self.top_k <= 1:
+            raise SamplingParamsError(f"penalty_alpha > 0 (contrastive search) needs top_k > 1 candidates, got "
+                                      f"top_k={self.top_k}")
+        if self.is_beam_search:
+            raise SamplingParamsError("penalty_alpha (contrastive search) and num_beams > 1 (beam search) exclude "
+                                      "each other")
+        refused = [name for name, off in (("temperature", self.temperature < GREEDY_TEMPERATURE),
+                                          ("n", self.n == 1), ("best_of", self.best_of is None),
+                                          ("frequency_penalty", self.frequency_penalty == 0.0),
+                                          ("presence_penalty", self.presence_penalty == 0.0),
+                                          ("repetition_penalty", self.repetition_penalty == 1.0),
+                                          ("logit_bias", not self.logit_bias),
+                                          ("thinking_budget", self.thinking_budget is None)) if not off]
+        if refused:
+            raise SamplingParamsError(f"{refused[0]} is not supported with contrastive search (penalty_alpha > 0): "
+                                      f"it is deterministic (temperature 0, one sequence) and ranks the model's "
+                                      f"own probabilities")
 
     def _check_beam_search(self) -> None:
         """The beam options' values, and what beam search cannot be combined with (transformers' and vLLM's

@@ -15,8 +15,9 @@ has tokens to compute that were not sampled (a grammar's jump-forward appended t
 
 Slot ownership invariant: every KV slot is exactly one of free (allocator), owned by the radix tree, or owned
 by running requests (positions [tree_len, kv_len) of their slot buffers): by one, except the beams of a beam
-search, which share the positions they have in common; `beam_refs` counts a slot's holders beyond the first.
-Beams are scheduled together (a group's beams all decode in the same step, or none does) and never preempted.
+search (and the candidates of a contrastive search), which share the positions they have in common;
+`beam_refs` counts a slot's holders beyond the first. A search's beams are scheduled together (all decode in the
+same step, or none does) and never preempted.
 """
 
 from __future__ import annotations
@@ -98,7 +99,7 @@ class Scheduler:
         self.running: list[Req] = []
         self.slots: dict[str, SlotBuffer] = {}
         self.beam_refs = np.zeros(allocator.num_slots, dtype=np.int32)  # holders of a slot beyond the first
-        self._beam_rows: dict[str, int] = {}  # admitted beam searches' rows kept for their beams, by rid
+        self._beam_rows: dict[str, int] = {}  # admitted searches' rows kept for their beams / candidates, by rid
         self.num_beams = 0  # running beams (requests forked by `fork`)
         self._admit_counter = itertools.count()
         self.num_preemptions = 0
@@ -273,7 +274,7 @@ class Scheduler:
         admitted: set[str] = set()
         kept_rows = sum(self._beam_rows.values())  # rows kept for admitted beam searches' beams
         for req in order:
-            beam_rows = req.params.num_beams - 1 if req.rid not in self._beam_rows else 0
+            beam_rows = req.params.search_width - 1 if req.rid not in self._beam_rows else 0
             if budget <= 0 or len(self.running) + kept_rows + beam_rows >= lim.max_running_requests:
                 break
             m = self._match(req)  # fresh: eviction for earlier admissions may have changed the tree
@@ -302,7 +303,7 @@ class Scheduler:
                 req.cached_tokens = prefix_len
                 req.admitted_once = True
             req.admit_seq = next(self._admit_counter)
-            if req.params.is_beam_search and beam_rows:
+            if beam_rows:
                 self._beam_rows[req.rid] = beam_rows
                 kept_rows += beam_rows
             req.state = ReqState.RUNNING
@@ -365,12 +366,12 @@ class Scheduler:
     def fork(self, parent: Req, child: Req) -> None:
         """Make `child` (the parent's tokens so far, not yet running) a running beam holding the parent's
         computed positions: its own table row, the parent's slots (shared, counted in `beam_refs`), the
-        parent's tree node locked once more. The caller keeps the rows it needs (a beam search's admission
-        keeps num_beams)."""
+        parent's tree node locked once more. The caller keeps the rows it needs (a search's admission keeps
+        its width: num_beams beams, or top_k contrastive candidates)."""
         assert parent.state is ReqState.RUNNING and parent.node is not None, "forks come from a running request"
         row = self.req_rows.alloc()
         if row is None:
-            raise RuntimeError("no request row left for a beam (admission keeps num_beams rows per beam search)")
+            raise RuntimeError("no request row left for a fork (admission keeps a search's width of rows)")
         held = self.slots[parent.rid].view(0, parent.kv_len)
         buf = SlotBuffer(child.fill_len + 16)
         buf.extend(held)

@@ -16,8 +16,7 @@ from radixgen.runtime.scheduler import Scheduler, SchedulerLimits
 
 
 class _Params:
-    num_beams = 1
-    is_beam_search = False
+    search_width = 1
 
     def __init__(self, max_new_tokens: int) -> None:
         self.max_new_tokens = max_new_tokens

@@ -1,7 +1,7 @@
 """OpenAI request bodies -> engine sub-requests: field checks, sampling options, chat rendering.
 
 Names follow OpenAI's API; radixgen/SGLang extras (`regex`, `ebnf`, `grammar`, `json_schema`, `top_k`,
-`min_p`, `min_tokens`, `repetition_penalty`, `ignore_eos`, `stop_token_ids`, `skip_special_tokens`,
+`min_p`, `min_tokens`, `repetition_penalty`, `penalty_alpha`, `ignore_eos`, `stop_token_ids`, `skip_special_tokens`,
 `no_stop_trim`, `rid`) are accepted as extra body fields, and so is beam search (vLLM's `use_beam_search`, with
 `length_penalty`, `early_stopping`, and radixgen's `num_beams`, `no_repeat_ngram_size`; `_beam_search` says how
 they combine). An unknown field is a 400, never silently dropped.
@@ -153,6 +153,7 @@ SAMPLING_READERS: dict[str, Reader] = {
     "length_penalty": _finite,
     "early_stopping": _early_stopping,
     "no_repeat_ngram_size": _integer(low=0),
+    "penalty_alpha": _number(0.0, 1.0),
 }
 # Constraint fields in the order they are checked and named when several are given (JSON Schema last).
 _CONSTRAINT_ORDER = tuple(sorted(CONSTRAINT_KINDS, key=lambda kind: kind == "json_schema"))
@@ -209,6 +210,7 @@ def sampling_params(f: Fields, state: ServerState, max_tokens: int | None) -> Sa
     if max_tokens is not None and sp["min_new_tokens"] > max_tokens:
         raise bad_request("min_tokens", f"must not exceed max_tokens ({max_tokens})")
     _beam_search(f, sp)
+    _contrastive_search(f, sp)
     constraints: list[tuple[str, Any]] = [(k, f.raw(k)) for k in _CONSTRAINT_ORDER if f.has(k)]
     for name, value in constraints:
         if name == "json_schema" and not isinstance(value, (dict, str)):
@@ -250,6 +252,18 @@ def _beam_search(f: Fields, sp: dict[str, Any]) -> None:
         sp["temperature"] = 0.0
     elif sp["temperature"] >= GREEDY_TEMPERATURE:
         raise bad_request("temperature", f"must be 0 with beam search (use_beam_search, num_beams > 1): it is "
+                                         f"deterministic, got {sp['temperature']}")
+
+
+def _contrastive_search(f: Fields, sp: dict[str, Any]) -> None:
+    """With `penalty_alpha` > 0 (contrastive search among `top_k` candidates), temperature defaults to 0, as for
+    beam search (it is deterministic); an explicit one above 0 is a 400."""
+    if sp["penalty_alpha"] <= 0.0:
+        return
+    if not f.has("temperature"):
+        sp["temperature"] = 0.0
+    elif sp["temperature"] >= GREEDY_TEMPERATURE:
+        raise bad_request("temperature", f"must be 0 with contrastive search (penalty_alpha > 0): it is "
                                          f"deterministic, got {sp['temperature']}")
 
 

@@ -196,6 +196,11 @@ class LlamaForCausalLM(nn.Module):
     def forward(self, batch: ForwardBatch, kv_pool: KVPool, attention: AttentionBackend[M],
                 plan: M) -> torch.Tensor:
         """Run the batch, writing its K/V into `kv_pool`, and return fp32 logits of the logit rows."""
+        return self.forward_with_hidden(batch, kv_pool, attention, plan)[0]
+
+    def forward_with_hidden(self, batch: ForwardBatch, kv_pool: KVPool, attention: AttentionBackend[M],
+                            plan: M) -> tuple[torch.Tensor, torch.Tensor]:
+        """`forward`'s logits, and the final (normed) hidden states of the same rows, which the LM head reads."""
         h = self.embed_tokens[batch.input_ids]
         residual: torch.Tensor | None = None
         for i, layer in enumerate(self.layers):
@@ -204,7 +209,7 @@ class LlamaForCausalLM(nn.Module):
         assert residual is not None, "a model without layers"
         rows = batch.logits_indices if batch.logits_indices is not None else batch.last_token_indices()
         x, _ = kernels.fused_add_rmsnorm(h[rows], residual[rows], self.norm, self.config.rms_norm_eps)
-        return kernels.linear(x, self.lm_head).float()
+        return kernels.linear(x, self.lm_head).float(), x
 
     def pack_linear_weights(self, pack: Callable[[torch.Tensor], torch.Tensor]) -> None:
         """Replace every dense matmul weight with `pack(weight)` (`kernels.linear_weight_packer`: a layout only
