@@ -118,11 +118,8 @@ def test_an_engine_holds_its_weights_once_and_kv_memory_for_what_it_ran():
         out = engine.generate("Hello there", {"max_new_tokens": 24, "temperature": 0, "ignore_eos": True})
         assert len(out["output_ids"]) == 24
         config = runner.model_config
-        # Once, except by design where weights are packed for oneDNN (AMD CPUs): a tied LM head is packed into a
-        # copy of its own, as the embedding lookup needs the plain table (LlamaForCausalLM.pack_linear_weights).
-        packed_head = runner.model.lm_head.is_mkldnn and config.tie_word_embeddings
-        extra = config.vocab_size * config.hidden_size if packed_head else 0
-        assert held_weight_bytes(runner.model) == (parameter_count(config) + extra) * 4
+        # Once, also where weights are packed for oneDNN (AMD CPUs): a tied LM head stays the embedding table.
+        assert held_weight_bytes(runner.model) == parameter_count(config) * 4
         tokens = out["meta_info"]["prompt_tokens"] + 24
         row_bytes = config.num_key_value_heads * config.head_dim * 4
         pool = [*runner.kv_pool.k_buffers, *runner.kv_pool.v_buffers]

@@ -213,13 +213,14 @@ class LlamaForCausalLM(nn.Module):
 
     def pack_linear_weights(self, pack: Callable[[torch.Tensor], torch.Tensor]) -> None:
         """Replace every dense matmul weight with `pack(weight)` (`kernels.linear_weight_packer`: a layout only
-        `kernels.linear` reads); quantized ones stay. A tied LM head gets its own packed copy; the embedding table
-        stays plain."""
+        `kernels.linear` reads); quantized ones stay. An untied LM head is packed too; a tied one stays the
+        embedding table itself (the lookup needs the plain table, and a packed copy would hold it twice)."""
         for slot in self.linear_slots():
             w = slot.weight
             if isinstance(w, torch.Tensor):
                 setattr(slot.module, slot.attr, nn.Parameter(pack(w), requires_grad=False))
-        self.lm_head = nn.Parameter(pack(self.lm_head), requires_grad=False)
+        if not self.config.tie_word_embeddings:
+            self.lm_head = nn.Parameter(pack(self.lm_head), requires_grad=False)
 
     def linear_slots(self) -> list[LinearSlot]:
         """Every layer's matmul weight, with the checkpoint modules it fuses (the LM head is not one of them)."""
