@@ -49,14 +49,15 @@ def test_dummy_runner_pools_and_forward():
     assert torch.isfinite(logits).all()
 
 
-def test_packed_linear_weights_give_the_same_logits(monkeypatch):
+@pytest.mark.parametrize("family", ["qwen2", "llama"])  # a tied LM head, an untied one
+def test_packed_linear_weights_give_the_same_logits(monkeypatch, family):
     """Where oneDNN runs fp32 linears (forced here by claiming an AMD CPU), the runner packs every matmul weight
-    (kernels/linear_onednn.py) and the logits stay those of plain weights."""
+    but a tied LM head (kernels/linear_onednn.py) and the logits stay those of plain weights."""
     from radixgen.kernels import cpu_features, linear_onednn
 
     if not linear_onednn.packing_runs():
         pytest.skip("this torch build does not pack oneDNN linear weights")
-    config = EngineConfig(load_format="dummy", dummy_config=TINY_CONFIGS["qwen2"], device="cpu",
+    config = EngineConfig(load_format="dummy", dummy_config=TINY_CONFIGS[family], device="cpu",
                           max_total_tokens=40, max_running_requests=3, context_length=64)
     logits = {}
     for vendor in ("GenuineIntel", "AuthenticAMD"):
@@ -64,7 +65,10 @@ def test_packed_linear_weights_give_the_same_logits(monkeypatch):
         linear_onednn.available.cache_clear()
         runner = ModelRunner(config)
         attn = runner.model.layers[0].self_attn
-        assert attn.qkv_proj.is_mkldnn == runner.model.lm_head.is_mkldnn == (vendor == "AuthenticAMD")
+        assert attn.qkv_proj.is_mkldnn == (vendor == "AuthenticAMD")
+        # a tied LM head stays the (plain) embedding table: packed, it would be a second copy of it
+        tied = runner.model_config.tie_word_embeddings
+        assert runner.model.lm_head.is_mkldnn == (vendor == "AuthenticAMD" and not tied)
         row, slots = runner.req_to_token_pool.alloc(), runner.slot_allocator.alloc(6)
         runner.req_to_token_pool.write(row, 0, slots)
         logits[vendor] = runner.forward(forward_batch_from_lists([[5, 1, 7, 2, 9, 3]], [0], [row],
