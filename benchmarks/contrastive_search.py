@@ -8,6 +8,7 @@ cell: one generate call of distinct prompts from an empty prefix cache, after an
 
     python benchmarks/contrastive_search.py --device cpu                 # the default model, batches 1 and 16
     python benchmarks/contrastive_search.py --device cuda --batches 1 16 # the same on the GPU
+    python benchmarks/contrastive_search.py --llama8b --input-len 512 --output-len 128  # Llama-3-8B shape, random weights
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import time
 
 import numpy as np
 import torch
+from throughput import LLAMA3_8B, QWEN3_TOKENIZER
 
 from radixgen import Engine
 
@@ -36,14 +38,21 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--model", default=None, help="model folder or GGUF file (default: the default model)")
+    ap.add_argument("--llama8b", action="store_true", help="the Llama-3-8B shape with random weights (bf16 on CUDA)")
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 16])
     ap.add_argument("--top-k", type=int, default=4)
     ap.add_argument("--alpha", type=float, default=0.6)
     ap.add_argument("--input-len", type=int, default=128)
     ap.add_argument("--output-len", type=int, default=64)
     args = ap.parse_args()
-    engine = Engine(args.model, device=args.device, max_running_requests=max(64, args.top_k * max(args.batches)))
-    vocab = engine.tokenizer.vocab_size
+    rows_needed = max(64, args.top_k * max(args.batches))
+    if args.llama8b:
+        engine = Engine(load_format="dummy", dummy_config=LLAMA3_8B, tokenizer_path=str(QWEN3_TOKENIZER),
+                        device=args.device, dtype="bfloat16" if args.device == "cuda" else "float32",
+                        max_running_requests=rows_needed, cuda_graph_max_bs=rows_needed)
+    else:
+        engine = Engine(args.model, device=args.device, max_running_requests=rows_needed)
+    vocab = min(engine.tokenizer.vocab_size, engine.model_config.vocab_size)
     rng = np.random.default_rng(0)
     base = {"temperature": 0, "max_new_tokens": args.output_len, "ignore_eos": True}
     rows = []

@@ -1,12 +1,15 @@
 """Triton twins of `quant_linear_reference` for weights decoded in registers: int4 (W4A16) and GGUF blocks.
 
 One skeleton, one tile decoder per format. A program owns BLOCK_N output columns of BLOCK_M rows and a slice of
-K (split-K, so a batch-1 GEMV still fills the GPU: the slices' fp32 partial sums land in [splits, M, N] and are
-added in a fixed order, so results do not depend on scheduling); each step decodes a [BLOCK_K, BLOCK_N] weight
-tile in which every column shares its group or block scale, and multiplies it with tensor cores (BLOCK_M >= 16)
-or by a broadcast product (fewer rows). int4 at fewer than 16 rows has its own GEMV kernels, which never unpack a
-tile: they apply each group's scale and zero to partial sums. Many rows (prefill) decode the whole weight once
-into the activation dtype and run the dense matmul instead, which is compute-bound anyway.
+K (split-K, so a batch-1 GEMV still fills the GPU: the slices' fp32 partial sums land in [splits, M, N], and the
+last slice of a tile to finish adds them in a fixed order, so results do not depend on scheduling and one launch
+does the whole matmul, bias included); each step decodes a [BLOCK_K, BLOCK_N] weight tile in which every column
+shares its group or block scale, and multiplies it with tensor cores (BLOCK_M >= 16, up to 64 rows per program so
+the weight is decoded once per 64 rows) or by a broadcast product (fewer rows). int4 at fewer than 16 rows has
+its own GEMV kernels, which never unpack a tile: they apply each group's scale and zero to partial sums. 4-bit
+values become fp32 by bit tricks, not int-to-float conversions, which GPUs issue at a fraction of the FMA rate.
+Many rows (prefill) decode the whole weight once into the activation dtype and run the dense matmul instead,
+which is compute-bound anyway.
 
 Launch parameters depend on shapes only, so the matmul captures in CUDA graphs.
 """
@@ -24,7 +27,8 @@ from torch import Tensor
 from radixgen.kernels.gguf_ref import Q4_0, Q4_1, Q4_K, Q6_K, Q8_0
 from radixgen.kernels.quant_weight import GGUFWeight, Int4Weight
 
-INT4_FORMAT = 1000  # format id of Int4Weight in the kernels (the GGUF formats go by their GGML type ids)
+INT4_FORMAT = 1000  # format id of an Int4Weight with zero points in the kernels (GGUF formats: GGML type ids)
+INT4_MINS_FORMAT = 1001  # ... of an Int4Weight with group minimums
 DENSE_FROM_ROWS = 128  # from this many rows on, decode the weight once and run the dense matmul
 # the int4 GEMV's tiles (rows < 16): BLOCK_N columns, BLOCK_K inputs per step (a power of two, a multiple of the
 # group), and programs per SM that split-K aims for; one row has its own 2-D kernel
@@ -49,6 +53,39 @@ def _f16(ptr, off, mask):
 
 
 @triton.jit
+def _small_int_f32(q):
+    """int32 values in [0, 2**23) as fp32 without an int-to-float conversion (a slow instruction on GPUs): their
+    bits OR-ed into 2**23's mantissa, less 2**23 (exact)."""
+    return (q | 0x4B000000).to(tl.float32, bitcast=True) - 8388608.0
+
+
+@triton.jit
+def _store_tile(acc, idx, cols, mask, out, partial, locks, bias, tile, split, SPLITS, MN,
+                HAS_BIAS: tl.constexpr):
+    """Write a program's sums `acc` (at flat offsets `idx` of the [M, N] output, columns `cols`): directly when
+    K is not split, else into its slice of `partial`; the last slice of the tile to arrive adds the slices in a
+    fixed order (results do not depend on scheduling), writes the output and resets the tile's counter, so one
+    launch does the whole matmul."""
+    if SPLITS == 1:
+        total = acc
+    else:
+        tl.store(partial + split.to(tl.int64) * MN + idx, acc, mask=mask)
+        tl.debug_barrier()
+        arrived = tl.atomic_add(locks + tile, 1, sem="acq_rel")
+        total = acc
+        if arrived == SPLITS - 1:
+            total = tl.load(partial + idx, mask=mask, other=0.0, cache_modifier=".cg")
+            for s in range(1, SPLITS):
+                total += tl.load(partial + s * MN + idx, mask=mask, other=0.0, cache_modifier=".cg")
+            tl.atomic_xchg(locks + tile, 0)
+        else:
+            mask = mask & False
+    if HAS_BIAS:
+        total += tl.load(bias + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(out + idx, total.to(out.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def _decode_tile(w0, w1, w2, k0, offs_n, mask_n, N, ROW_BYTES, FORMAT: tl.constexpr, GROUP: tl.constexpr,
                  BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr):
     """Weight rows k0 .. k0 + BLOCK_K (one scale group or block column) x columns offs_n, fp32 [BLOCK_K, BLOCK_N].
@@ -56,15 +93,18 @@ def _decode_tile(w0, w1, w2, k0, offs_n, mask_n, N, ROW_BYTES, FORMAT: tl.conste
     int4: w0 = qweight, w1 = scales, w2 = zeros. GGUF: w0 = the uint8 rows of blocks."""
     e = tl.arange(0, BLOCK_K)
     mask = mask_n[None, :]
-    if FORMAT == 1000:  # INT4_FORMAT
+    if FORMAT == 1000 or FORMAT == 1001:  # INT4_FORMAT (zero points), INT4_MINS_FORMAT (group minimums)
         packed = tl.load(w0 + (k0 // 8 + tl.arange(0, BLOCK_K // 8))[:, None] * N + offs_n[None, :], mask=mask,
                          other=0)
         shifts = tl.arange(0, 8) * 4
-        q = tl.reshape((packed[:, None, :] >> shifts[None, :, None]) & 0xF, (BLOCK_K, BLOCK_N))
+        q = _small_int_f32(tl.reshape((packed[:, None, :] >> shifts[None, :, None]) & 0xF, (BLOCK_K, BLOCK_N)))
         g = k0 // GROUP
         s = tl.load(w1 + g * N + offs_n, mask=mask_n, other=0.0).to(tl.float32)
-        z = tl.load(w2 + g * N + offs_n, mask=mask_n, other=0.0).to(tl.float32)
-        w = (q.to(tl.float32) - z[None, :]) * s[None, :]
+        o = tl.load(w2 + g * N + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+        if FORMAT == 1000:
+            w = (q - o[None, :]) * s[None, :]
+        else:
+            w = q * s[None, :] - o[None, :]
     elif FORMAT == 8:  # Q8_0
         base = offs_n.to(tl.int64) * ROW_BYTES + (k0 // 32) * 34
         d = _f16(w0, base, mask_n)
@@ -107,10 +147,10 @@ def _decode_tile(w0, w1, w2, k0, offs_n, mask_n, N, ROW_BYTES, FORMAT: tl.conste
 
 
 @triton.jit
-def _dequant_matmul_kernel(x, w0, w1, w2, partial, M, N, K, stride_xm, ROW_BYTES, K_PER_SPLIT,
-                           FORMAT: tl.constexpr, GROUP: tl.constexpr, BLOCK_M: tl.constexpr,
-                           BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """partial[split, m, n] = sum over k in the split's slice of x[m, k] * w[n, k]."""
+def _dequant_matmul_kernel(x, w0, w1, w2, out, partial, locks, bias, M, N, K, stride_xm, ROW_BYTES, K_PER_SPLIT,
+                           SPLITS, FORMAT: tl.constexpr, GROUP: tl.constexpr, BLOCK_M: tl.constexpr,
+                           BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HAS_BIAS: tl.constexpr):
+    """out[m, n] = sum over k of x[m, k] * w[n, k] (+ bias[n]), this program's split of K."""
     pid_m, pid_n, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -127,29 +167,32 @@ def _dequant_matmul_kernel(x, w0, w1, w2, partial, M, N, K, stride_xm, ROW_BYTES
             acc += tl.dot(xt, wt.to(xt.dtype))
         else:
             acc += tl.sum(xt.to(tl.float32)[:, :, None] * wt[None, :, :], axis=1)
-    out = partial + split.to(tl.int64) * M * N + offs_m[:, None].to(tl.int64) * N + offs_n[None, :]
-    tl.store(out, acc, mask=mask_m[:, None] & mask_n[None, :])
+    idx = offs_m[:, None].to(tl.int64) * N + offs_n[None, :]
+    cols = tl.broadcast_to(offs_n[None, :], (BLOCK_M, BLOCK_N))
+    _store_tile(acc, idx, cols, mask_m[:, None] & mask_n[None, :], out, partial, locks, bias,
+                pid_m * tl.num_programs(1) + pid_n, split, SPLITS, M * N, HAS_BIAS)
 
 
 @triton.jit
-def _int4_words(qweight, scales, zeros, word, mask_k, offs_n, mask_n, N, GROUP: tl.constexpr):
-    """The GEMV step's packed words [words, BLOCK_N] (8 int4 weights each) and the fp32 scale and zero of each
-    word's group, for the words `word` (masked by `mask_k`) of columns offs_n."""
+def _int4_words(qweight, scales, offsets, word, mask_k, offs_n, mask_n, N, GROUP: tl.constexpr):
+    """The GEMV step's packed words [words, BLOCK_N] (8 int4 weights each) and the fp32 scale and zero point (or
+    minimum) of each word's group, for the words `word` (masked by `mask_k`) of columns offs_n."""
     mask = mask_k[:, None] & mask_n[None, :]
     packed = tl.load(qweight + word[:, None] * N + offs_n[None, :], mask=mask, other=0)
     g = (word * 8) // GROUP
     s = tl.load(scales + g[:, None] * N + offs_n[None, :], mask=mask, other=0.0).to(tl.float32)
-    z = tl.load(zeros + g[:, None] * N + offs_n[None, :], mask=mask, other=0.0).to(tl.float32)
-    return packed, s, z
+    o = tl.load(offsets + g[:, None] * N + offs_n[None, :], mask=mask, other=0.0).to(tl.float32)
+    return packed, s, o
 
 
 @triton.jit
-def _int4_gemv_kernel(x, qweight, scales, zeros, partial, M, N, K, stride_xm, K_PER_SPLIT, GROUP: tl.constexpr,
-                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+def _int4_gemv_kernel(x, qweight, scales, offsets, out, partial, locks, bias, M, N, K, stride_xm, K_PER_SPLIT,
+                      SPLITS, GROUP: tl.constexpr, MINS: tl.constexpr, BLOCK_M: tl.constexpr,
+                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HAS_BIAS: tl.constexpr):
     """The int4 matmul for a few rows, BLOCK_K (a multiple of the group) inputs per step, never unpacking into a
     [K, N] tile. Word row r of the step holds k = k0 + 8r + i in nibble i; per (row, r, n) the step adds
-    s * (sum_i x q - z * sum_i x) elementwise, and the sum over r happens once at the end (no cross-thread
-    reduction inside the loop)."""
+    s * (sum_i x q - z * sum_i x) (with minimums: s * sum_i x q - m * sum_i x) elementwise, and the sum over r
+    happens once at the end (no cross-thread reduction inside the loop)."""
     pid_m, pid_n, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -162,23 +205,28 @@ def _int4_gemv_kernel(x, qweight, scales, zeros, partial, M, N, K, stride_xm, K_
     for k0 in range(k_begin, k_end, BLOCK_K):
         word = k0 // 8 + rows
         mask_k = word < k_end // 8
-        packed, s, z = _int4_words(qweight, scales, zeros, word, mask_k, offs_n, mask_n, N, GROUP)
+        packed, s, o = _int4_words(qweight, scales, offsets, word, mask_k, offs_n, mask_n, N, GROUP)
         dot = tl.zeros((BLOCK_M, BLOCK_K // 8, BLOCK_N), dtype=tl.float32)
         xsum = tl.zeros((BLOCK_M, BLOCK_K // 8), dtype=tl.float32)
         for i in tl.static_range(8):
             xi = tl.load(x_rows + (word * 8 + i)[None, :], mask=mask_m[:, None] & mask_k[None, :],
                          other=0.0).to(tl.float32)
-            qi = ((packed >> (4 * i)) & 0xF).to(tl.float32)
-            dot += xi[:, :, None] * qi[None, :, :]
+            dot += xi[:, :, None] * _small_int_f32((packed >> (4 * i)) & 0xF)[None, :, :]
             xsum += xi
-        acc += s[None, :, :] * (dot - z[None, :, :] * xsum[:, :, None])
-    out = partial + split.to(tl.int64) * M * N + offs_m[:, None].to(tl.int64) * N + offs_n[None, :]
-    tl.store(out, tl.sum(acc, axis=1), mask=mask_m[:, None] & mask_n[None, :])
+        if MINS:
+            acc += s[None, :, :] * dot - o[None, :, :] * xsum[:, :, None]
+        else:
+            acc += s[None, :, :] * (dot - o[None, :, :] * xsum[:, :, None])
+    idx = offs_m[:, None].to(tl.int64) * N + offs_n[None, :]
+    cols = tl.broadcast_to(offs_n[None, :], (BLOCK_M, BLOCK_N))
+    _store_tile(tl.sum(acc, axis=1), idx, cols, mask_m[:, None] & mask_n[None, :], out, partial, locks, bias,
+                pid_m * tl.num_programs(1) + pid_n, split, SPLITS, M * N, HAS_BIAS)
 
 
 @triton.jit
-def _int4_gemv1_kernel(x, qweight, scales, zeros, partial, N, K, K_PER_SPLIT, GROUP: tl.constexpr,
-                       BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+def _int4_gemv1_kernel(x, qweight, scales, offsets, out, partial, locks, bias, N, K, K_PER_SPLIT, SPLITS,
+                       GROUP: tl.constexpr, MINS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                       HAS_BIAS: tl.constexpr):
     """`_int4_gemv_kernel` for one row, in 2-D tiles: acc[r, n] over the steps, summed over r at the end."""
     pid_n, split = tl.program_id(1), tl.program_id(2)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -190,15 +238,19 @@ def _int4_gemv1_kernel(x, qweight, scales, zeros, partial, N, K, K_PER_SPLIT, GR
     for k0 in range(k_begin, k_end, BLOCK_K):
         word = k0 // 8 + rows
         mask_k = word < k_end // 8
-        packed, s, z = _int4_words(qweight, scales, zeros, word, mask_k, offs_n, mask_n, N, GROUP)
+        packed, s, o = _int4_words(qweight, scales, offsets, word, mask_k, offs_n, mask_n, N, GROUP)
         dot = tl.zeros((BLOCK_K // 8, BLOCK_N), dtype=tl.float32)
         xsum = tl.zeros((BLOCK_K // 8,), dtype=tl.float32)
         for i in tl.static_range(8):
             xi = tl.load(x + word * 8 + i, mask=mask_k, other=0.0).to(tl.float32)
-            dot += xi[:, None] * ((packed >> (4 * i)) & 0xF).to(tl.float32)
+            dot += xi[:, None] * _small_int_f32((packed >> (4 * i)) & 0xF)
             xsum += xi
-        acc += s * (dot - z * xsum[:, None])
-    tl.store(partial + split.to(tl.int64) * N + offs_n, tl.sum(acc, axis=0), mask=mask_n)
+        if MINS:
+            acc += s * dot - o * xsum[:, None]
+        else:
+            acc += s * (dot - o * xsum[:, None])
+    _store_tile(tl.sum(acc, axis=0), offs_n.to(tl.int64), offs_n, mask_n, out, partial, locks, bias, pid_n, split,
+                SPLITS, N, HAS_BIAS)
 
 
 @triton.jit
@@ -222,7 +274,8 @@ def _num_sms(device: torch.device) -> int:
 def _operands(w: Int4Weight | GGUFWeight) -> tuple[tuple[Tensor, Tensor, Tensor], int, int, int, int]:
     """((w0, w1, w2), format id, group, block_k, row_bytes) of a weight."""
     if isinstance(w, Int4Weight):
-        return (w.qweight, w.scales, w.zeros), INT4_FORMAT, w.group_size, min(w.group_size, 64), 0
+        fmt = INT4_FORMAT if w.mins is None else INT4_MINS_FORMAT
+        return (w.qweight, w.scales, w.offsets), fmt, w.group_size, min(w.group_size, 64), 0
     return (w.blocks, w.blocks, w.blocks), w.qtype, 1, _GGUF_BLOCK_K[w.qtype], w.blocks.shape[1]
 
 
@@ -235,6 +288,16 @@ def dequantize_triton(w: Int4Weight | GGUFWeight, dtype: torch.dtype) -> Tensor:
     _dequant_kernel[(triton.cdiv(n, block_n), k // block_k)](w0, w1, w2, out, n, k, row_bytes, FORMAT=fmt,
                                                              GROUP=group, BLOCK_N=block_n, BLOCK_K=block_k)
     return out
+
+
+def _row_block(m: int) -> int:
+    """Rows per program: 1, 2 or 4 for the GEMV kernels, else enough (up to 64) that the weight is decoded once
+    per 64 rows, not once per 16."""
+    if m <= 2:
+        return max(m, 1)
+    if m <= 4:
+        return 4
+    return min(max(triton.next_power_of_2(m), 16), 64)
 
 
 def dequant_matmul_triton(x: Tensor, w: Int4Weight | GGUFWeight, bias: Tensor | None = None) -> Tensor:
@@ -250,34 +313,41 @@ def dequant_matmul_triton(x: Tensor, w: Int4Weight | GGUFWeight, bias: Tensor | 
     if m >= DENSE_FROM_ROWS:
         return F.linear(x2, dequantize_triton(w, x.dtype), bias).reshape(*lead, n)
     (w0, w1, w2), fmt, group, block_k, row_bytes = _operands(w)
-    block_m = 1 if m == 1 else (2 if m == 2 else (4 if m <= 4 else 16))
-    gemv = fmt == INT4_FORMAT and block_m < 16
+    block_m = _row_block(m)
+    gemv = fmt in (INT4_FORMAT, INT4_MINS_FORMAT) and block_m < 16
     gemv1 = gemv and m == 1 and x2.is_contiguous()
     per_sm = GEMV1_PROGRAMS_PER_SM if gemv1 else GEMV_PROGRAMS_PER_SM if gemv else 4
     block_n = GEMV1_BLOCK_N if gemv1 else GEMV_BLOCK_N if gemv else (64 if block_m >= 16 else 32)
     if gemv:  # the last step of a slice may be partial (masked)
         block_k = max(GEMV1_BLOCK_K if gemv1 else GEMV_BLOCK_K // block_m, group)
-    tiles = triton.cdiv(max(m, 1), block_m) * triton.cdiv(n, block_n)
+    m_tiles, n_tiles = triton.cdiv(max(m, 1), block_m), triton.cdiv(n, block_n)
     steps = triton.cdiv(k, block_k)
-    splits = max(1, min(steps, (per_sm * _num_sms(x.device)) // tiles))
+    splits = max(1, min(steps, (per_sm * _num_sms(x.device)) // (m_tiles * n_tiles)))
     k_per_split = triton.cdiv(steps, splits) * block_k
     splits = triton.cdiv(k, k_per_split)
-    partial = torch.empty(splits, m, n, dtype=torch.float32, device=x.device)
+    locks = w.locks
+    if splits > 1 and m_tiles * n_tiles > locks.numel():  # more tiles than counters (not with these blocks)
+        splits, k_per_split = 1, k
+    out = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    partial = torch.empty(splits, m, n, dtype=torch.float32, device=x.device) if splits > 1 else out
     if m > 0:
-        grid = (triton.cdiv(m, block_m), triton.cdiv(n, block_n), splits)
+        grid = (m_tiles, n_tiles, splits)
+        has_bias = bias is not None
+        b = bias if bias is not None else out
+        mins = fmt == INT4_MINS_FORMAT
         if gemv1:
-            _int4_gemv1_kernel[grid](x2, w0, w1, w2, partial, n, k, k_per_split, GROUP=group, BLOCK_N=block_n,
-                                     BLOCK_K=block_k, num_warps=GEMV_WARPS)
+            _int4_gemv1_kernel[grid](x2, w0, w1, w2, out, partial, locks, b, n, k, k_per_split, splits,
+                                     GROUP=group, MINS=mins, BLOCK_N=block_n, BLOCK_K=block_k, HAS_BIAS=has_bias,
+                                     num_warps=GEMV_WARPS)
         elif gemv:
-            _int4_gemv_kernel[grid](x2, w0, w1, w2, partial, m, n, k, x2.stride(0), k_per_split, GROUP=group,
-                                    BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=GEMV_WARPS)
+            _int4_gemv_kernel[grid](x2, w0, w1, w2, out, partial, locks, b, m, n, k, x2.stride(0), k_per_split,
+                                    splits, GROUP=group, MINS=mins, BLOCK_M=block_m, BLOCK_N=block_n,
+                                    BLOCK_K=block_k, HAS_BIAS=has_bias, num_warps=GEMV_WARPS)
         else:
-            _dequant_matmul_kernel[grid](x2, w0, w1, w2, partial, m, n, k, x2.stride(0), row_bytes, k_per_split,
-                                         FORMAT=fmt, GROUP=group, BLOCK_M=block_m, BLOCK_N=block_n,
-                                         BLOCK_K=block_k)
-    out = (partial.sum(dim=0) if splits > 1 else partial[0]).to(x.dtype)
-    if bias is not None:
-        out = out + bias
+            _dequant_matmul_kernel[grid](x2, w0, w1, w2, out, partial, locks, b, m, n, k, x2.stride(0), row_bytes,
+                                         k_per_split, splits, FORMAT=fmt, GROUP=group, BLOCK_M=block_m,
+                                         BLOCK_N=block_n, BLOCK_K=block_k, HAS_BIAS=has_bias,
+                                         num_warps=8 if block_m >= 64 else 4)
     return out.reshape(*lead, n)
 
 

@@ -38,9 +38,10 @@ def dequantize(w: QuantizedWeight, dtype: torch.dtype = torch.float32) -> Tensor
     if isinstance(w, Int4Weight):
         q = unpack_int4(w.qweight).float()
         g = w.group_size
-        zeros = w.zeros.float().repeat_interleave(g, dim=0)
         scales = w.scales.float().repeat_interleave(g, dim=0)
-        return ((q - zeros) * scales).t().to(dtype)
+        if w.mins is not None:
+            return (q * scales - w.mins.float().repeat_interleave(g, dim=0)).t().to(dtype)
+        return ((q - w.offsets.float().repeat_interleave(g, dim=0)) * scales).t().to(dtype)
     if isinstance(w, Fp8Weight):
         return (w.weight.float() * w.scale.view(-1, 1)).to(dtype)
     if isinstance(w, GGUFWeight):

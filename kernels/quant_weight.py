@@ -7,37 +7,61 @@ reference twin (`quant_ref.dequantize`) computes. Shapes use N = out features, K
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
 INT4_GROUP_SIZES = (32, 64, 128)
 INT4_PACK = 8  # int4 values per int32
+SPLIT_TILE_COLUMNS = 32  # the narrowest output tile of a split-K matmul: one lock per tile of it per 16 rows
+SPLIT_ROW_TILES = 8  # ... for the rows a split-K matmul takes (fewer than 128)
+
+
+def _split_locks(n: int, device: torch.device) -> Tensor:
+    """Zeroed counters, one per output tile of a split-K matmul over this weight: the last slice of a tile to
+    finish adds the slices' partial sums (the kernels reset them)."""
+    return torch.zeros(-(-n // SPLIT_TILE_COLUMNS) * SPLIT_ROW_TILES, dtype=torch.int32, device=device)
 
 
 @dataclass(frozen=True)
 class Int4Weight:
-    """W4A16 with group scales and zero points (the GPTQ packing along K, zeros unpacked):
+    """W4A16 with group scales and either zero points (GPTQ, AWQ, round-to-nearest) or group minimums (GGUF's
+    Q4_1 and Q4_K, repacked), in the GPTQ packing along K:
 
         q[k, n]   = (qweight[k // 8, n] >> 4 * (k % 8)) & 15
-        w[n, k']  = (q[k, n] - zeros[k // g, n]) * scales[k // g, n],  k' = perm[k] (k' = k without perm)
+        w[n, k']  = (q[k, n] - zeros[k // g, n]) * scales[k // g, n]     with zeros,
+                  = q[k, n] * scales[k // g, n] - mins[k // g, n]        with mins;  k' = perm[k] (k without perm)
 
     `perm` (act-order checkpoints) lists, for each stored row k, the input channel it multiplies, so that every
     group's rows are contiguous; the matmul reads x[:, perm]."""
 
     qweight: Tensor  # int32 [K // 8, N]
-    scales: Tensor  # float16 [K // g, N]
-    zeros: Tensor  # float16 [K // g, N]: zero points in units of q (8 for a symmetric scheme)
+    scales: Tensor  # float16 (float32 for repacked GGUF) [K // g, N]
+    zeros: Tensor | None  # float16 [K // g, N]: zero points in units of q (8 for a symmetric scheme)
     group_size: int
     perm: Tensor | None = None  # int64 [K]
+    mins: Tensor | None = None  # float32 [K // g, N], instead of zeros
+    locks: Tensor = field(init=False, repr=False, compare=False)  # the split-K matmul's tile counters
+
+    def __post_init__(self) -> None:
+        if (self.zeros is None) == (self.mins is None):
+            raise ValueError("an Int4Weight has zero points or group minimums, exactly one of them")
+        object.__setattr__(self, "locks", _split_locks(self.qweight.shape[1], self.qweight.device))
 
     @property
     def shape(self) -> tuple[int, int]:
         return self.qweight.shape[1], self.qweight.shape[0] * INT4_PACK
 
+    @property
+    def offsets(self) -> Tensor:
+        """The zero points or the minimums, whichever the weight has."""
+        offsets = self.zeros if self.zeros is not None else self.mins
+        assert offsets is not None, "checked at construction"
+        return offsets
+
     def nbytes(self) -> int:
-        parts = (self.qweight, self.scales, self.zeros) + ((self.perm,) if self.perm is not None else ())
+        parts = (self.qweight, self.scales, self.offsets) + ((self.perm,) if self.perm is not None else ())
         return sum(t.numel() * t.element_size() for t in parts)
 
 
@@ -66,6 +90,10 @@ class GGUFWeight:
     blocks: Tensor  # uint8 [N, K // block_elems * block_bytes]
     qtype: int
     in_features: int
+    locks: Tensor = field(init=False, repr=False, compare=False)  # the split-K matmul's tile counters
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "locks", _split_locks(self.blocks.shape[0], self.blocks.device))
 
     @property
     def shape(self) -> tuple[int, int]:

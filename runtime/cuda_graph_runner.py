@@ -71,8 +71,13 @@ class CudaGraphRunner:
 
     def __init__(self, forward: Callable[[ForwardBatch], torch.Tensor], req_to_token: torch.Tensor, max_bs: int,
                  max_context: int, use_graphs: bool | None = None, row_tokens: tuple[int, ...] = (),
-                 verify_max_bs: int = 0) -> None:
+                 verify_max_bs: int = 0,
+                 forward_with_hidden: Callable[[ForwardBatch], tuple[torch.Tensor, torch.Tensor]] | None = None,
+                 ) -> None:
         self.forward = forward
+        # With it, the decode graphs also keep the final hidden states of their rows (contrastive search reads
+        # them: `replay_with_hidden`); the multi-token and verify graphs keep logits only.
+        self.forward_with_hidden = forward_with_hidden
         self.req_to_token = req_to_token
         self.max_context = max_context
         self.device = req_to_token.device
@@ -113,6 +118,7 @@ class CudaGraphRunner:
                               for k in self.row_tokens}
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.outputs: dict[int, torch.Tensor] = {}
+        self.hidden_outputs: dict[int, torch.Tensor] = {}  # per bucket, with `forward_with_hidden`
         self.short_graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
         self.short_outputs: dict[tuple[int, int], torch.Tensor] = {}
         self.verify_batches = {(bs, k): self._static_short_batch(bs, k, every_token=True) for bs in self.verify_sizes
@@ -155,8 +161,12 @@ class CudaGraphRunner:
         )
 
     def _forward(self, bs: int) -> torch.Tensor:
-        """The decode forward of bucket `bs` over the static buffers, the attention plan included."""
-        return self.forward(self.batches[bs])
+        """The decode forward of bucket `bs` over the static buffers, the attention plan included (keeping the
+        hidden states in `hidden_outputs` where the runner has `forward_with_hidden`)."""
+        if self.forward_with_hidden is None:
+            return self.forward(self.batches[bs])
+        logits, self.hidden_outputs[bs] = self.forward_with_hidden(self.batches[bs])
+        return logits
 
     def _short_forward(self, key: tuple[int, int]) -> torch.Tensor:
         return self.forward(self.short_batches[key])
@@ -282,18 +292,29 @@ class CudaGraphRunner:
     def replay(self, batch: ForwardBatch) -> torch.Tensor:
         """Run a decode batch (`can_run` must hold): fp32 logits [batch_size, vocab], a fresh tensor."""
         n = batch.batch_size
-        bs = self.bucket(n)
+        # A copy: the graph's output buffer is overwritten by the next replay.
+        return self._replay_decode(batch)[:n].clone()
+
+    @torch.inference_mode()
+    def replay_with_hidden(self, batch: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """`replay`'s logits and the final hidden states of the same rows (fresh tensors); the runner needs
+        `forward_with_hidden`."""
+        assert self.forward_with_hidden is not None, "the decode graphs were captured without hidden states"
+        n = batch.batch_size
+        logits = self._replay_decode(batch)
+        return logits[:n].clone(), self.hidden_outputs[self.bucket(n)][:n].clone()
+
+    def _replay_decode(self, batch: ForwardBatch) -> torch.Tensor:
+        """Replay (or, without graphs, run) the decode graph of the batch's bucket: its logits buffer."""
+        bs = self.bucket(batch.batch_size)
         self._set_tokens(batch)
         self._set_rows(batch)
         self.replays += 1
-        if self.use_graphs:
-            with self._timing((bs, 1)):
-                self.graphs[bs].replay()
-            logits = self.outputs[bs]
-        else:
-            logits = self._forward(bs)
-        # A copy: the graph's output buffer is overwritten by the next replay.
-        return logits[:n].clone()
+        if not self.use_graphs:
+            return self._forward(bs)
+        with self._timing((bs, 1)):
+            self.graphs[bs].replay()
+        return self.outputs[bs]
 
     @torch.inference_mode()
     def replay_short(self, batch: ForwardBatch, k: int) -> torch.Tensor:

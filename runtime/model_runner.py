@@ -130,7 +130,8 @@ class ModelRunner:
                 self._run_model, self.req_to_token_pool.req_to_token,
                 min(config.cuda_graph_max_bs, config.max_running_requests), self.context_length,
                 row_tokens=multi_token_rows(config.cuda_graph_max_row_tokens),
-                verify_max_bs=config.speculative_max_batch if config.speculative_algorithm is not None else 0)
+                verify_max_bs=config.speculative_max_batch if config.speculative_algorithm is not None else 0,
+                forward_with_hidden=self._run_model_with_hidden)
 
     def step_cost(self, batch_size: int, row_tokens: int, every_token: bool = False) -> float:
         """Decode steps' worth of time a step of `batch_size` requests costs in which some add up to `row_tokens`
@@ -167,13 +168,20 @@ class ModelRunner:
 
     @torch.inference_mode()
     def forward_with_hidden(self, batch: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """`forward`'s logits and the final hidden states of the same rows (eager: the graphs keep logits only)."""
-        backend: AttentionBackend[Any] = self.attention
-        return self.model.forward_with_hidden(batch, self.kv_pool, backend, backend.plan(batch))
+        """`forward`'s logits and the final hidden states of the same rows: a decode batch replays its graph
+        (which keeps them), any other batch runs eagerly."""
+        graphs = self.graph_runner
+        if graphs is not None and graphs.can_run(batch):
+            return graphs.replay_with_hidden(batch)
+        return self._run_model_with_hidden(batch)
 
     def _run_model(self, batch: ForwardBatch) -> torch.Tensor:
         """The model's forward of `batch` with the attention backend's plan of it (planned here, once)."""
         return self.model(batch, self.kv_pool, self.attention, self.attention.plan(batch))
+
+    def _run_model_with_hidden(self, batch: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        backend: AttentionBackend[Any] = self.attention
+        return self.model.forward_with_hidden(batch, self.kv_pool, backend, backend.plan(batch))
 
 
 def multi_token_rows(max_row_tokens: int) -> tuple[int, ...]:

@@ -24,7 +24,7 @@ FP8_QUANT_TOLERANCE = {"cpu": 0.2, "cuda": 0.02}
 
 @dataclass(frozen=True)
 class Case:
-    kind: str  # "int4" or a GGUF type name
+    kind: str  # "int4" (zero points), "int4-mins" (group minimums) or a GGUF type name
     rows: int  # M
     n: int
     k: int
@@ -34,7 +34,7 @@ class Case:
 
     @property
     def id(self) -> str:
-        extra = f"-g{self.group}{'-act' if self.act_order else ''}" if self.kind == "int4" else ""
+        extra = f"-g{self.group}{'-act' if self.act_order else ''}" if self.kind.startswith("int4") else ""
         return f"{self.kind}{extra}-m{self.rows}-{self.n}x{self.k}-{self.dtype}"
 
 
@@ -43,11 +43,14 @@ def cases(size: str) -> list[Case]:
         out = [Case("int4", m, 48, 256, g, act, dt) for m in (1, 3, 20, 130) for g in (32, 64, 128)
                for act in (False, True) for dt in ("float32",) if not (act and m == 130)]
         out += [Case("int4", m, 40, 256, 64, True, "float16") for m in (1, 17)]
+        # K split among programs at every row count (the last slice of a tile adds the partial sums)
+        out += [Case(kind, m, 72, 2048, 32) for kind in ("int4", "int4-mins") for m in (1, 3, 20)]
         out += [Case(t.name, m, 40, 512) for t in (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K) for m in (1, 5, 17)]
         return out
     shapes = ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336))
     out = [Case("int4", m, n, k, 128, act, "bfloat16") for m in (1, 16, 64, 256) for n, k in shapes
            for act in (False, True) if not act or m == 1]
+    out += [Case("int4-mins", m, n, k, 32, False, "bfloat16") for m in (1, 4, 16, 64) for n, k in shapes]
     out += [Case(t.name, m, n, k, dtype="bfloat16") for t in (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K) for m in (1, 16, 256)
             for n, k in shapes[:2]]
     return out
@@ -77,6 +80,12 @@ def make_weight(case: Case, device: torch.device, gen: torch.Generator) -> Quant
         zeros = torch.randint(0, 16, (groups, case.n), generator=gen).half()
         perm = torch.randperm(case.k, generator=gen).to(device) if case.act_order else None
         return Int4Weight(pack_int4(q).to(device), scales.to(device), zeros.to(device), case.group, perm)
+    if case.kind == "int4-mins":  # GGUF's Q4_K repacked: fp32 scales and minimums
+        q = torch.randint(0, 16, (case.k, case.n), generator=gen)
+        groups = case.k // case.group
+        scales = torch.rand(groups, case.n, generator=gen) * 0.02 + 0.001
+        mins = torch.rand(groups, case.n, generator=gen) * 0.1
+        return Int4Weight(pack_int4(q).to(device), scales.to(device), None, case.group, mins=mins.to(device))
     fmt = {f.name: f for f in (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K)}[case.kind]
     dense = torch.randn(case.n, case.k, generator=gen) * 0.05
     if fmt.code in QUANTIZABLE_TYPES:
@@ -98,9 +107,11 @@ def run_case(case: Case, device: torch.device, seed: int) -> float:
     dtype = getattr(torch, case.dtype)
     w = make_weight(case, device, gen)
     x = torch.randn(case.rows, case.k, generator=gen).to(device=device, dtype=dtype)
-    out = dequant_matmul_triton(x, w).double()
+    out = dequant_matmul_triton(x, w)
+    if not torch.equal(out, dequant_matmul_triton(x, w)):  # a second call: the split-K counters were reset
+        return float("inf")
     ref = quant_linear_reference(x.float(), w).double()
-    err = ((out - ref).norm() / ref.norm()).item()
+    err = ((out.double() - ref).norm() / ref.norm()).item()
     return err if bool(out.isfinite().all()) else float("inf")
 
 

@@ -132,11 +132,16 @@ def test_contrastive_options_are_refused_where_they_make_no_sense(options, messa
 
 @pytest.mark.gpu
 def test_contrastive_search_on_cuda_equals_the_reference(tmp_path):
-    """On the GPU (fp32, Triton kernels; steps with contrastive searches run eagerly: they read hidden states)."""
+    """On the GPU (fp32, Triton kernels; the candidates' decode steps replay CUDA graphs that keep the hidden
+    states)."""
     folder = write_tiny_checkpoint(tmp_path / "m", "llama", seed=1, overrides={"vocab_size": VOCAB})
     params = {"temperature": 0, "top_k": 4, "penalty_alpha": 0.6, "max_new_tokens": 12}
     with Engine(str(folder), tokenizer_path=str(TOKENIZER), device="cuda", dtype="float32") as eng:
+        graphs = eng.runner.graph_runner
+        assert graphs is not None
+        before = graphs.replays
         ours = eng.generate(input_ids=PROMPTS, sampling_params=params)
+        assert graphs.replays - before >= 11  # every step after the first token decodes in a graph
         eos = set(eng.tokenizer.eos_token_ids)
     hf = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32,
                                                            attn_implementation="eager").eval()

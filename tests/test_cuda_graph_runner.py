@@ -111,6 +111,28 @@ def test_padded_replay_equals_eager_forward(setup, order):
         assert runner.input_ids[:n].equal(fb.input_ids)
 
 
+def test_replay_with_hidden_returns_the_eager_hidden_states(setup):
+    """A runner given `forward_with_hidden` keeps the decode rows' final hidden states beside their logits
+    (contrastive search reads them), equal to the unpadded eager forward's."""
+    model, pool, rows, lens, _runner = setup
+    attention = attention_backend_for(model.config, torch.device("cpu"), torch.float32)
+    runner = CudaGraphRunner(lambda fb: model(fb, pool, attention, attention.plan(fb)), rows.req_to_token,
+                             max_bs=8, max_context=model.config.max_position_embeddings, use_graphs=False,
+                             forward_with_hidden=lambda fb: model.forward_with_hidden(fb, pool, attention,
+                                                                                      attention.plan(fb)))
+    _fill_kv(pool, seed=7)
+    fb, _ = _decode_batch(rows, lens, [5, 2, 9], seed=3)  # 3 rows in bucket 4: one padding row
+    before = _snapshot(pool)
+    with torch.inference_mode():
+        want_logits, want_hidden = model.forward_with_hidden(fb, pool, attention, attention.plan(fb))
+    _restore(pool, before)
+    logits, hidden = runner.replay_with_hidden(fb)
+    assert runner.bucket(3) == 4 and hidden.shape == (3, TINY["hidden_size"])
+    torch.testing.assert_close(logits, want_logits, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(hidden, want_hidden, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(runner.replay(fb), want_logits, rtol=1e-5, atol=1e-5)
+
+
 def test_can_run_refuses_what_the_graphs_do_not_compute(setup):
     _model, _pool, rows, lens, runner = setup
     fb, _ = _decode_batch(rows, lens, [0, 1], seed=0)

@@ -25,9 +25,13 @@ def fuse_shards(shards: list[LinearWeight]) -> LinearWeight:
         assert not isinstance(s, torch.Tensor), "a fused slot mixes dense and quantized shards"
         quantized.append(s)
     int4 = [s for s in quantized if isinstance(s, Int4Weight)]
-    if len(int4) == len(quantized) and len({s.group_size for s in int4}) == 1 and _same_perm(int4):
+    kinds = {(s.group_size, s.mins is None, s.scales.dtype) for s in int4}
+    if len(int4) == len(quantized) and len(kinds) == 1 and _same_perm(int4):
+        offsets = torch.cat([s.offsets for s in int4], dim=1)
+        with_mins = int4[0].mins is not None
         return Int4Weight(torch.cat([s.qweight for s in int4], dim=1), torch.cat([s.scales for s in int4], dim=1),
-                          torch.cat([s.zeros for s in int4], dim=1), int4[0].group_size, int4[0].perm)
+                          None if with_mins else offsets, int4[0].group_size, int4[0].perm,
+                          mins=offsets if with_mins else None)
     fp8 = [s for s in quantized if isinstance(s, Fp8Weight)]
     if len(fp8) == len(quantized):
         return Fp8Weight(torch.cat([s.weight for s in fp8], dim=0), torch.cat([s.scale for s in fp8], dim=0))
