@@ -826,7 +826,7 @@ class EngineCore:
         token is the tokenizer's own choice (e.g. `"` + forced `name": ` becomes `"name` `":` ` `), not a split
         the model would never produce. Replacing the sampled token costs nothing unless a launched step already
         computes it (`computed`): then that position is computed again. Jumps are taken only where they pay
-        (`_jump_pays`)."""
+        (`_jump_pays`); `_count_jump` takes the rest of the forced chain (markers and the text after them)."""
         m = req.matcher
         assert m is not None, "only a constrained request jumps forward"
         if not self.config.enable_jump_forward or m.is_terminated():
@@ -856,7 +856,7 @@ class EngineCore:
                 m.rollback(1)
                 taken = self._advance_all(m, ids)
                 if taken == len(ids):
-                    return self._count_jump(req, ids, 0)  # a replaced token is in the row
+                    return self._count_jump(req, ids, 0, int(computed))  # a replaced token is in the row
                 m.rollback(taken)
                 m.advance(token)
             elif ids:
@@ -896,24 +896,44 @@ class EngineCore:
                 return n
         return len(ids)
 
-    def _count_jump(self, req: Req, ids: list[int], outside: int) -> list[int]:
-        """A jump's tokens (the first `outside` of them outside its step's row: computed by a launched step), with
-        the special tokens the grammar forces right after them (a marker such as `</tool_call>`: no text, so the
-        forced text stops before it) while the row and the output budget have room; counted as steps saved."""
+    def _count_jump(self, req: Req, ids: list[int], outside: int, lost: int = 0) -> list[int]:
+        """A jump's tokens (the first `outside` of them outside its step's row: computed by a launched step; `lost`:
+        steps it costs, a launched step's replaced token) with the rest of the forced chain after them: each
+        special token the grammar forces (a marker such as `<tool_call>`: no text, so the forced text stops before
+        it) and the text it forces after that marker, while the row fits the graphs and the output budget holds,
+        text only where the longer jump still pays; counted as steps saved."""
         m = req.matcher
         assert m is not None, "only a constrained request jumps forward"
         most = self.runner.max_graph_row_tokens
-        room = min(req.output_budget(self.max_context) - len(ids),
-                   (most - (len(ids) - outside)) if most is not None else 1 << 30)
-        while room > 0:
+        budget = req.output_budget(self.max_context)
+        cap = budget if most is None else min(budget, most + outside)  # the most ids the jump may hold
+        while len(ids) < cap:
             marker = m.forced_token()
             if marker is None or not m.advance(marker):
                 break
             ids.append(marker)
-            room -= 1
+            more = self._text_after(m, marker)[: cap - len(ids)]
+            if more and self._jump_pays(len(ids) - 1 - lost + len(more), len(ids) + len(more) - outside):
+                taken = self._advance_all(m, more)  # a refused token ends the chain: its forced text is left
+                ids += more[:taken]
         req.decode_steps_saved += len(ids) - 1
         self.counters.jump_forward_tokens += len(ids) - 1
         return ids
+
+    def _text_after(self, m: GrammarMatcher, marker: int) -> list[int]:
+        """The text the grammar forces right after `marker` (just advanced), tokenized as the tokenizer tokenizes
+        it after that token: encoded behind the marker's spelling, so nothing merges across it and a tokenizer
+        that prefixes text with a space (Metaspace) does not prefix it there; encoded alone where the tokenizer
+        does not read the spelling as the marker."""
+        try:
+            text = whole_utf8_prefix(m.forced_suffix()).decode("utf-8")
+        except UnicodeDecodeError:
+            return []
+        if not text:
+            return []
+        spelled = self.tokenizer.token_bytes(marker).decode("utf-8", "replace")
+        ids = self.tokenizer.encode(spelled + text, add_special_tokens=False)
+        return ids[1:] if ids[:1] == [marker] else self.tokenizer.encode(text, add_special_tokens=False)
 
     def _append(self, req: Req, ids: list[int]) -> None:
         """Record new output tokens, check stop conditions, stream the text delta, finish if done.

@@ -448,14 +448,15 @@ def test_a_chat_request_with_required_tools_returns_the_call(tiny_engine, fmt):
 
 
 def test_jump_forward_appends_a_forced_special_token_without_a_decode_step(tiny_engine):
-    """Forced text stops before a marker (it is no text); the jump then appends the marker as its token, so the
-    output equals decoding without jump-forward while the marker costs no decode step of its own."""
+    """Forced text stops before a marker (it is no text); the jump then appends the marker as its token and goes on
+    with the text forced after it, so the output equals decoding without jump-forward while neither the marker
+    nor the text after it costs a decode step of its own."""
     engine, ids = tiny_engine
     params = {"ebnf": 'root ::= "x" "yz" <tool_call> "w" <tool_call>', "temperature": 0, "max_new_tokens": 20}
     jumped = engine.generate("go: ", params)
     letters = [engine.tokenizer.encode(c, add_special_tokens=False)[0] for c in "xyzw"]
     marker = ids["<tool_call>"]
     assert jumped["output_ids"][:6] == letters[:3] + [marker, letters[3], marker]
-    # Sampled: "x", then "w" (text after a marker waits for the next step); "yz" and both markers were appended
-    # by jumps. Without the markers appended, each would be a sampled step of its own: 3 saved, not 4.
-    assert jumped["meta_info"]["decode_steps_saved"] == 4
+    # Sampled: "x" only; "yz", both markers and the "w" between them were appended by one jump. Without the text
+    # after a marker it would be 4 saved ("w" sampled), without the markers 3.
+    assert jumped["meta_info"]["decode_steps_saved"] == 5
