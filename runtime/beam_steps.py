@@ -4,9 +4,9 @@ A beam search request prefills as any request; at its first sample it becomes th
 (`ReqState.BEAMS`, no row of its own) and its beams run as requests of their own, forked from it: a fork shares
 its parent's KV slots (the scheduler's `fork`: the table row's slots, never the KV), so the prompt's KV is held
 once whatever `num_beams`, and a beam's own KV is one slot per token it adds. Each step scores every beam of
-the step at once (`beam_search.beam_candidates`), lets each search choose (`BeamGroup.advance`), then turns the
-beams nobody continues into the new children (`Scheduler.refork`: same request and row, the parent's slots), so
-a search never holds more than num_beams rows.
+the step at once (`beam_search.beam_candidates`), lets the searches choose (`beam_search.choose`, one pass per
+shape of search), then turns the beams nobody continues into the new children (`Scheduler.refork`: same request
+and row, the parent's slots), so a search never holds more than num_beams rows.
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
-from radixgen.runtime.beam_search import BeamChoice, BeamGroup, BeamHypothesis, beam_candidates, ngram_bans
+from radixgen.runtime.beam_search import BeamChoices, BeamGroup, BeamHypothesis, beam_candidates, choose, ngram_bans
 from radixgen.runtime.request import Req, ReqState
 from radixgen.runtime.sampler import apply_grammar
 from radixgen.runtime.scheduler import Scheduler
@@ -44,6 +45,43 @@ class EndedSearch:
     results: list[BeamHypothesis]
 
 
+@dataclass(frozen=True)
+class BeamMoves:
+    """How one block's choices become requests, row i for search rows[i] (as lists, read per beam). New beam j is
+    `pool[sources[i][j]]`, pool = the old beams then the forks made in order. `ops[i]`: the children that are not
+    their parent's first, in the order their request is made: the k-th takes over old beam `dropped[i][k]` (a
+    refork) while any is left, else it is a new fork; the dropped beams left over are released."""
+
+    parents: list[list[int]]
+    tokens: list[list[int]]
+    sources: list[list[int]]
+    ops: list[list[int]]
+    dropped: list[list[int]]
+
+
+def beam_moves(choices: BeamChoices, sizes: npt.NDArray[np.int64]) -> BeamMoves:
+    """The requests of the new beams for every search of a block at once (`sizes`: each row's running beams
+    before the step): a parent's first child continues the parent's own request; each further child, taken
+    parent by parent in order of their first child, takes a dropped beam's request, the last dropped first."""
+    parents = choices.parents
+    width = parents.shape[1]
+    cols = np.arange(width, dtype=np.int64)
+    first_of = (parents[:, :, None] == parents[:, None, :]).argmax(axis=2)  # the first child of each's parent
+    first = first_of == cols
+    held = (parents[:, :, None] == cols[None, None, :]).any(axis=1)  # old beam p has a child
+    dropped = ~held & (cols[None, :] < sizes[:, None])
+    ops = np.argsort(np.where(first, width * width, first_of * width + cols), axis=1, kind="stable")
+    order = np.argsort(np.where(dropped, -cols, 1), axis=1, kind="stable")
+    n_ops, n_dropped = (~first).sum(axis=1), dropped.sum(axis=1)
+    target = np.where(cols < n_dropped[:, None], order, sizes[:, None] + cols - n_dropped[:, None])
+    sources = parents.copy()
+    rows, ks = np.nonzero(cols[None, :] < n_ops[:, None])
+    sources[rows, ops[rows, ks]] = target[rows, ks]
+    return BeamMoves(parents.tolist(), choices.tokens.tolist(), sources.tolist(),
+                     [o[:n] for o, n in zip(ops.tolist(), n_ops.tolist())],
+                     [o[:n] for o, n in zip(order.tolist(), n_dropped.tolist())])
+
+
 class BeamSearches:
     """Every beam search of one engine loop."""
 
@@ -63,7 +101,7 @@ class BeamSearches:
     def step(self, reqs: Sequence[Req], logits: torch.Tensor, rows: np.ndarray) -> list[EndedSearch]:
         """One step of the searches whose beams (or, at their first sample, whose request) are `reqs`, their
         logits in rows `rows` of `logits`. Returns the searches that ended."""
-        row_of = {r.rid: int(row) for r, row in zip(reqs, rows)}
+        row_of = dict(zip([r.rid for r in reqs], rows.tolist()))
         runs = []
         for req in reqs:
             if req.beam_group is None:
@@ -76,19 +114,26 @@ class BeamSearches:
         assert len(ordered) == len(reqs), "a step holds every beam of its searches"
         index = torch.as_tensor([row_of[b.rid] for b in ordered], device=logits.device)
         logprobs = torch.log_softmax(logits.index_select(0, index).float(), dim=-1)
-        self._ban(logprobs, runs, ordered)
-        starts = np.cumsum([0] + [len(run.beams) for run in runs])[:-1]
-        cands = beam_candidates(logprobs, [(int(s), len(run.beams)) for s, run in zip(starts, runs)],
-                                [run.group.running_scores for run in runs], [run.group.num_candidates for run in runs])
+        sizes = np.array([len(run.beams) for run in runs], dtype=np.int64)
+        starts = np.cumsum(sizes) - sizes
+        groups = [run.group for run in runs]
+        self._ban(logprobs, runs, ordered, starts, sizes)
+        blocks = beam_candidates(logprobs, starts, sizes, groups)
+        choices = [choose(groups, block, lambda g, b: runs[g].beams[b].output_ids) for block in blocks]
+        at: list[tuple[BeamMoves, int, bool] | None] = [None] * len(runs)  # each search's moves, row, end
+        for choice in choices:
+            moves = beam_moves(choice, sizes[choice.rows])
+            for i, (g, done) in enumerate(zip(choice.rows.tolist(), choice.done.tolist())):
+                at[g] = (moves, i, done)
         ended = []
-        for g, run in enumerate(runs):
-            choice = run.group.advance(cands.scores[g], cands.beams[g], cands.tokens[g],
-                                       [b.output_ids for b in run.beams])
-            if choice.done:
+        for run, entry in zip(runs, at):  # in the step's order (forks append running requests)
+            assert entry is not None, "every search of the step is in a block"
+            moves, i, done = entry
+            if done:
                 ended.append(EndedSearch(run.root, run.group.results()))
                 self.end(run.root)
             else:
-                self._apply(run, choice)
+                self._apply(run, moves, i)
         return ended
 
     def end(self, root: Req) -> None:
@@ -141,7 +186,8 @@ class BeamSearches:
                 if t not in eos and not beam.matcher.advance(t):
                     raise RuntimeError(f"beam of {root.rid}: its grammar refused its own token {t}")
 
-    def _ban(self, logprobs: torch.Tensor, runs: list[BeamRun], ordered: list[Req]) -> None:
+    def _ban(self, logprobs: torch.Tensor, runs: list[BeamRun], ordered: list[Req], starts: npt.NDArray[np.int64],
+             sizes: npt.NDArray[np.int64]) -> None:
         """-inf where a beam may not continue: its grammar, padding ids past the tokenizer, EOS before
         min_new_tokens, a repeated n-gram (as transformers' logits processors do, after the log-softmax)."""
         if self.token_count < logprobs.shape[1]:
@@ -149,47 +195,63 @@ class BeamSearches:
         mask, mask_rows = self.masks(ordered)
         if mask is not None:
             apply_grammar(logprobs, mask, mask_rows)
-        rows: list[np.ndarray] = []
-        cols: list[np.ndarray] = []
-        r = 0
-        for run in runs:  # a search's beams hold equally many tokens: EOS is banned for all or none of them
-            params, n = run.group.params, len(run.beams)
-            eos = run.group.eos_array
-            if run.group.generated < params.min_new_tokens and len(eos):
-                rows.append(np.repeat(np.arange(r, r + n, dtype=np.int64), len(eos)))
-                cols.append(np.tile(eos, n))
-            if params.no_repeat_ngram_size:
-                for i, beam in enumerate(run.beams):
-                    ids = ngram_bans(beam.fill_ids(), params.no_repeat_ngram_size)
-                    rows.append(np.full(len(ids), r + i, dtype=np.int64))
-                    cols.append(ids)
-            r += n
-        if rows:
-            at = torch.as_tensor(np.concatenate(rows), device=logprobs.device)
-            to = torch.as_tensor(np.concatenate(cols), device=logprobs.device)
+        groups = [run.group for run in runs]
+        rows, cols = eos_bans(groups, starts, sizes)
+        for r, run in enumerate(runs):  # a rare option: its scan is per beam
+            n = run.group.params.no_repeat_ngram_size
+            for i, beam in enumerate(run.beams if n else ()):
+                ids = ngram_bans(beam.fill_ids(), n)
+                rows = np.concatenate([rows, np.full(len(ids), int(starts[r]) + i, dtype=np.int64)])
+                cols = np.concatenate([cols, ids])
+        if len(rows):
+            at = torch.as_tensor(rows, device=logprobs.device)
+            to = torch.as_tensor(cols, device=logprobs.device)
             logprobs[at, to] = float("-inf")
 
-    def _apply(self, run: BeamRun, choice: BeamChoice) -> None:
-        """The new beams: a parent's first child continues the parent's own request, each further child takes a
-        dropped beam's request (a fork only where none is left: the first step), the rest of the dropped beams are
-        released; then each beam's token is appended."""
-        children: dict[int, list[int]] = {}
-        for j, p in enumerate(choice.parents.tolist()):
-            children.setdefault(p, []).append(j)
-        dropped = [beam for p, beam in enumerate(run.beams) if p not in children]
-        new: list[Req | None] = [None] * len(choice.parents)
-        for p, js in children.items():
-            parent = run.beams[p]
-            for j in js[1:]:  # a dropped beam's request becomes the child where there is one
-                new[j] = self._refork(run.root, dropped.pop(), parent) if dropped else self._fork(run.root, parent)
-            new[js[0]] = parent
-        for beam in dropped:
-            self.scheduler.release_beam(beam)
-        beams = [b for b in new if b is not None]
-        for beam, token in zip(beams, choice.tokens.tolist()):
+    def _apply(self, run: BeamRun, moves: BeamMoves, i: int) -> None:
+        """Search `run` takes its row `i` of `moves`: the reforks and forks of its further children, the release
+        of the dropped beams left over, then each new beam's token appended (and its grammar advanced)."""
+        old, parents, dropped = run.beams, moves.parents[i], moves.dropped[i]
+        pool = list(old)
+        for k, j in enumerate(moves.ops[i]):
+            parent = old[parents[j]]
+            if k < len(dropped):
+                self._refork(run.root, old[dropped[k]], parent)
+            else:
+                pool.append(self._fork(run.root, parent))
+        for d in dropped[len(moves.ops[i]):]:
+            self.scheduler.release_beam(old[d])
+        run.beams = beams = [pool[s] for s in moves.sources[i]]
+        tokens = moves.tokens[i]
+        for beam, token in zip(beams, tokens):
             beam.output_ids.append(token)
+        if run.root.grammar is None:
+            return
+        for beam, token in zip(beams, tokens):
             if token in run.group.eos_ids:
                 continue  # a stopping token kept running (too few others): the grammar does not see it
             if beam.matcher is not None and not beam.matcher.advance(token):
                 raise RuntimeError(f"beam of {run.root.rid}: its grammar refused token {token}")
-        run.beams = beams
+
+
+def eos_bans(groups: Sequence[BeamGroup], starts: npt.NDArray[np.int64],
+              sizes: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """(row, token) of every EOS ban of the step: each beam of a search short of its min_new_tokens, at each of
+    that search's stopping tokens (a search's beams hold equally many tokens: all of them or none)."""
+    short = np.array([g.generated < g.params.min_new_tokens and len(g.eos_array) > 0 for g in groups], dtype=np.bool_)
+    if not short.any():
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    which = np.flatnonzero(short)
+    eos = [groups[s].eos_array for s in which.tolist()]
+    widths = np.array([len(e) for e in eos], dtype=np.int64)
+    beam_rows = _segments(starts[which], sizes[which])  # every beam of the short searches
+    per_beam = np.repeat(np.arange(len(which)), sizes[which])  # its search (among the short ones)
+    counts = widths[per_beam]
+    offsets = np.cumsum(widths) - widths
+    return np.repeat(beam_rows, counts), np.concatenate(eos)[_segments(offsets[per_beam], counts)]
+
+
+def _segments(starts: npt.NDArray[np.int64], lengths: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """The ranges [starts[i], starts[i] + lengths[i]) one after another."""
+    total = int(lengths.sum())
+    return np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(total, dtype=np.int64)

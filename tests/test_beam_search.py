@@ -96,6 +96,23 @@ def test_batched_beam_searches_equal_each_alone_beside_plain_requests(tiny):
         assert [o["output_ids"] for o in a] == want
 
 
+def test_searches_of_mixed_options_in_one_step_each_equal_transformers(tiny):
+    """Searches of one width but different length penalties, early stopping, stopping tokens and limits share a
+    step (one block of the batched choice): each equals transformers' search of its own."""
+    eng, hf = tiny
+    eos = list(eng.tokenizer.eos_token_ids)
+    stops = [_stops(eng, p) for p in PROMPTS]  # as many stopping tokens each: one block, different ones
+    settings = [(0.5, True, 14), (2.0, "never", 10), (-1.0, False, 12)]
+    params = [{"temperature": 0, "max_new_tokens": n, "num_beams": 3, "length_penalty": lp, "early_stopping": es,
+               "num_return_sequences": 2, "stop_token_ids": st} for (lp, es, n), st in zip(settings, stops)]
+    together = eng.generate(input_ids=PROMPTS, sampling_params=params)
+    for k, (prompt, (lp, es, n), st) in enumerate(zip(PROMPTS, settings, stops)):
+        want, scores = _hf_beams(hf, prompt, eos + st, n, lp, es, 2, 0, num_beams=3)
+        got = together[2 * k: 2 * k + 2]
+        assert [o["output_ids"] for o in got] == want
+        assert [o["meta_info"]["beam_score"] for o in got] == pytest.approx(scores, rel=1e-4, abs=1e-4)
+
+
 def test_beams_hold_the_prompt_once_and_release_everything(tiny):
     """While a search runs, its beams' rows point at one copy of the prompt's slots and at most one slot per
     beam per generated position; when it ends, every slot is free or cached."""
