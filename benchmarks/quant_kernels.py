@@ -1,6 +1,7 @@
 """Quantized matmuls at batch 1 (and a few larger batches): achieved weight bandwidth against the device's copy
 bandwidth, for every Llama-3-8B linear shape, bf16 (cuBLAS) against int4 (Triton), FP8 (`torch._scaled_mm`) and
-GGUF Q4_K / Q8_0 (Triton).
+GGUF Q4_K / Q8_0 (Triton), and Q4_K repacked as int4 with group minimums (`gguf-q4_k-repacked`: what a Q4_K file
+becomes on CUDA, runtime/quant/gguf_repack.py).
 
 Bandwidth = bytes of the weight (packed data, scales and zeros) / time per matmul. Each timing replays a CUDA
 graph of matmuls over enough distinct copies of the weight (>= 256 MiB) that none is served from L2, median of
@@ -24,10 +25,11 @@ from radixgen import kernels
 from radixgen.kernels import GGUFWeight, LinearWeight, weight_nbytes
 from radixgen.kernels.gguf_ref import Q4_K, Q8_0
 from radixgen.runtime.quant.gguf_blocks import quantize_blocks
+from radixgen.runtime.quant.gguf_repack import repack_blocks
 from radixgen.runtime.quant.rtn import quantize_fp8, quantize_int4_rtn
 
 SHAPES = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336)}
-SCHEMES = ("bf16", "int4", "fp8", "gguf-q4_k", "gguf-q8_0")
+SCHEMES = ("bf16", "int4", "fp8", "gguf-q4_k", "gguf-q4_k-repacked", "gguf-q8_0")
 MIN_BYTES = 256 << 20
 
 
@@ -38,6 +40,8 @@ def make(scheme: str, dense: torch.Tensor) -> LinearWeight:
         return quantize_int4_rtn(dense, 128)
     if scheme == "fp8":
         return quantize_fp8(dense)
+    if scheme == "gguf-q4_k-repacked":
+        return repack_blocks(quantize_blocks(dense, Q4_K.code), Q4_K.code, dense.shape[1])
     code = Q4_K.code if scheme == "gguf-q4_k" else Q8_0.code
     return GGUFWeight(quantize_blocks(dense, code), code, dense.shape[1])
 
