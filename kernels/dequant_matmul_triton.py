@@ -5,8 +5,8 @@ K (split-K, so a batch-1 GEMV still fills the GPU: the slices' fp32 partial sums
 last slice of a tile to finish adds them in a fixed order, so results do not depend on scheduling and one launch
 does the whole matmul, bias included); each step decodes a [BLOCK_K, BLOCK_N] weight tile in which every column
 shares its group or block scale, and multiplies it with tensor cores (BLOCK_M >= 16, up to 64 rows per program so
-the weight is decoded once per 64 rows) or by a broadcast product (fewer rows). int4 at fewer than 16 rows has
-its own GEMV kernels, which never unpack a tile: they apply each group's scale and zero to partial sums. 4-bit
+the weight is decoded once per 64 rows) or by a broadcast product (GGUF blocks, 1-2 rows). int4 at one row has
+its own GEMV kernel, which never unpacks a tile: it applies each group's scale and zero to partial sums. 4-bit
 values become fp32 by bit tricks, not int-to-float conversions, which GPUs issue at a fraction of the FMA rate.
 Many rows (prefill) decode the whole weight once into the activation dtype and run the dense matmul instead,
 which is compute-bound anyway.
@@ -30,10 +30,11 @@ from radixgen.kernels.quant_weight import GGUFWeight, Int4Weight
 INT4_FORMAT = 1000  # format id of an Int4Weight with zero points in the kernels (GGUF formats: GGML type ids)
 INT4_MINS_FORMAT = 1001  # ... of an Int4Weight with group minimums
 DENSE_FROM_ROWS = 128  # from this many rows on, decode the weight once and run the dense matmul
-# the int4 GEMV's tiles (rows < 16): BLOCK_N columns, BLOCK_K inputs per step (a power of two, a multiple of the
-# group), and programs per SM that split-K aims for; one row has its own 2-D kernel
-GEMV1_BLOCK_N, GEMV1_BLOCK_K, GEMV1_PROGRAMS_PER_SM = 64, 512, 8
-GEMV_BLOCK_N, GEMV_BLOCK_K, GEMV_PROGRAMS_PER_SM, GEMV_WARPS = 32, 256, 4, 4
+# the int4 GEMV's tiles (one row): BLOCK_N columns, BLOCK_K inputs per step (a power of two, a multiple of the
+# group), programs per SM that split-K aims for, warps
+GEMV1_BLOCK_N, GEMV1_BLOCK_K, GEMV1_PROGRAMS_PER_SM, GEMV1_WARPS = 32, 512, 8, 4
+TC_BLOCK_N, TC_PROGRAMS_PER_SM, TC_WARPS = 64, 4, 4  # the tensor-core kernel's columns, split-K aim, warps
+TC_NIBBLE_DOTS = True  # int4 groups of >= 128 inputs: one dot per nibble position, not a decoded tile
 
 # rows of the block column one decode step covers: a scale group (int4) or a GGUF (sub-)block
 _GGUF_BLOCK_K = {Q8_0.code: 32, Q4_0.code: 32, Q4_1.code: 32, Q4_K.code: 32, Q6_K.code: 16}
@@ -86,6 +87,28 @@ def _store_tile(acc, idx, cols, mask, out, partial, locks, bias, tile, split, SP
 
 
 @triton.jit
+def _int4_tile_load(qweight, scales, offsets, k0, offs_n, mask_n, N, GROUP: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The packed words [BLOCK_K // 8, BLOCK_N] of weight rows k0 .. k0 + BLOCK_K (one scale group) and that
+    group's scales and zero points (or minimums) [BLOCK_N]; rows past K read as zeros through `mask_n`."""
+    packed = tl.load(qweight + (k0 // 8 + tl.arange(0, BLOCK_K // 8))[:, None] * N + offs_n[None, :],
+                     mask=mask_n[None, :], other=0)
+    g = k0 // GROUP
+    s = tl.load(scales + g * N + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+    o = tl.load(offsets + g * N + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+    return packed, s, o
+
+
+@triton.jit
+def _int4_tile_decode(packed, s, o, MINS: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr):
+    """`_int4_tile_load`'s words as the fp32 weights [BLOCK_K, BLOCK_N]."""
+    shifts = tl.arange(0, 8) * 4
+    q = _small_int_f32(tl.reshape((packed[:, None, :] >> shifts[None, :, None]) & 0xF, (BLOCK_K, BLOCK_N)))
+    if MINS:
+        return q * s[None, :] - o[None, :]
+    return (q - o[None, :]) * s[None, :]
+
+
+@triton.jit
 def _decode_tile(w0, w1, w2, k0, offs_n, mask_n, N, ROW_BYTES, FORMAT: tl.constexpr, GROUP: tl.constexpr,
                  BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr):
     """Weight rows k0 .. k0 + BLOCK_K (one scale group or block column) x columns offs_n, fp32 [BLOCK_K, BLOCK_N].
@@ -94,17 +117,8 @@ def _decode_tile(w0, w1, w2, k0, offs_n, mask_n, N, ROW_BYTES, FORMAT: tl.conste
     e = tl.arange(0, BLOCK_K)
     mask = mask_n[None, :]
     if FORMAT == 1000 or FORMAT == 1001:  # INT4_FORMAT (zero points), INT4_MINS_FORMAT (group minimums)
-        packed = tl.load(w0 + (k0 // 8 + tl.arange(0, BLOCK_K // 8))[:, None] * N + offs_n[None, :], mask=mask,
-                         other=0)
-        shifts = tl.arange(0, 8) * 4
-        q = _small_int_f32(tl.reshape((packed[:, None, :] >> shifts[None, :, None]) & 0xF, (BLOCK_K, BLOCK_N)))
-        g = k0 // GROUP
-        s = tl.load(w1 + g * N + offs_n, mask=mask_n, other=0.0).to(tl.float32)
-        o = tl.load(w2 + g * N + offs_n, mask=mask_n, other=0.0).to(tl.float32)
-        if FORMAT == 1000:
-            w = (q - o[None, :]) * s[None, :]
-        else:
-            w = q * s[None, :] - o[None, :]
+        packed, s, o = _int4_tile_load(w0, w1, w2, k0, offs_n, mask_n, N, GROUP, BLOCK_K)
+        w = _int4_tile_decode(packed, s, o, FORMAT == 1001, BLOCK_K, BLOCK_N)
     elif FORMAT == 8:  # Q8_0
         base = offs_n.to(tl.int64) * ROW_BYTES + (k0 // 32) * 34
         d = _f16(w0, base, mask_n)
@@ -149,8 +163,11 @@ def _decode_tile(w0, w1, w2, k0, offs_n, mask_n, N, ROW_BYTES, FORMAT: tl.conste
 @triton.jit
 def _dequant_matmul_kernel(x, w0, w1, w2, out, partial, locks, bias, M, N, K, stride_xm, ROW_BYTES, K_PER_SPLIT,
                            SPLITS, FORMAT: tl.constexpr, GROUP: tl.constexpr, BLOCK_M: tl.constexpr,
-                           BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HAS_BIAS: tl.constexpr):
-    """out[m, n] = sum over k of x[m, k] * w[n, k] (+ bias[n]), this program's split of K."""
+                           BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HAS_BIAS: tl.constexpr,
+                           NIBBLE_DOTS: tl.constexpr):
+    """out[m, n] = sum over k of x[m, k] * w[n, k] (+ bias[n]), this program's split of K. int4 with
+    `NIBBLE_DOTS` (BLOCK_M >= 16, a step of one group of >= 128 inputs) multiplies each nibble position's
+    [BLOCK_K // 8, BLOCK_N] values by its inputs directly and applies the group's scale and zero to the sums."""
     pid_m, pid_n, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -159,14 +176,41 @@ def _dequant_matmul_kernel(x, w0, w1, w2, out, partial, locks, bias, M, N, K, st
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     k_begin = split * K_PER_SPLIT
     k_end = tl.minimum(k_begin + K_PER_SPLIT, K)
-    for k0 in range(k_begin, k_end, BLOCK_K):
-        xt = tl.load(x + offs_m[:, None].to(tl.int64) * stride_xm + (k0 + offs_k)[None, :], mask=mask_m[:, None],
-                     other=0.0)
-        wt = _decode_tile(w0, w1, w2, k0, offs_n, mask_n, N, ROW_BYTES, FORMAT, GROUP, BLOCK_K, BLOCK_N)
-        if BLOCK_M >= 16:
-            acc += tl.dot(xt, wt.to(xt.dtype))
-        else:
-            acc += tl.sum(xt.to(tl.float32)[:, :, None] * wt[None, :, :], axis=1)
+    x_rows = x + offs_m[:, None].to(tl.int64) * stride_xm
+    if FORMAT == 1000 or FORMAT == 1001:  # int4: the next step's words load while this one's multiply
+        packed, s, o = _int4_tile_load(w0, w1, w2, k_begin, offs_n, mask_n, N, GROUP, BLOCK_K)
+        for k0 in range(k_begin, k_end, BLOCK_K):
+            more = mask_n & (tl.zeros_like(offs_n) + k0 + BLOCK_K < k_end)  # the last step prefetches nothing
+            packed_next, s_next, o_next = _int4_tile_load(w0, w1, w2, k0 + BLOCK_K, offs_n, more, N, GROUP,
+                                                          BLOCK_K)
+            if NIBBLE_DOTS:  # one dot per nibble position (inputs k0 + 8r + i), no [BLOCK_K, BLOCK_N] tile
+                words = tl.arange(0, BLOCK_K // 8)
+                step = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+                xsum = tl.zeros((BLOCK_M,), dtype=tl.float32)
+                for i in tl.static_range(8):
+                    xi = tl.load(x_rows + (k0 + words * 8 + i)[None, :], mask=mask_m[:, None], other=0.0)
+                    step += tl.dot(xi, _small_int_f32((packed >> (4 * i)) & 0xF).to(xi.dtype))
+                    xsum += tl.sum(xi.to(tl.float32), axis=1)
+                if FORMAT == 1001:
+                    acc += step * s[None, :] - xsum[:, None] * o[None, :]
+                else:
+                    acc += (step - xsum[:, None] * o[None, :]) * s[None, :]
+            else:
+                xt = tl.load(x_rows + (k0 + offs_k)[None, :], mask=mask_m[:, None], other=0.0)
+                wt = _int4_tile_decode(packed, s, o, FORMAT == 1001, BLOCK_K, BLOCK_N)
+                if BLOCK_M >= 16:
+                    acc += tl.dot(xt, wt.to(xt.dtype))
+                else:
+                    acc += tl.sum(xt.to(tl.float32)[:, :, None] * wt[None, :, :], axis=1)
+            packed, s, o = packed_next, s_next, o_next
+    else:
+        for k0 in range(k_begin, k_end, BLOCK_K):
+            xt = tl.load(x_rows + (k0 + offs_k)[None, :], mask=mask_m[:, None], other=0.0)
+            wt = _decode_tile(w0, w1, w2, k0, offs_n, mask_n, N, ROW_BYTES, FORMAT, GROUP, BLOCK_K, BLOCK_N)
+            if BLOCK_M >= 16:
+                acc += tl.dot(xt, wt.to(xt.dtype))
+            else:
+                acc += tl.sum(xt.to(tl.float32)[:, :, None] * wt[None, :, :], axis=1)
     idx = offs_m[:, None].to(tl.int64) * N + offs_n[None, :]
     cols = tl.broadcast_to(offs_n[None, :], (BLOCK_M, BLOCK_N))
     _store_tile(acc, idx, cols, mask_m[:, None] & mask_n[None, :], out, partial, locks, bias,
@@ -186,44 +230,6 @@ def _int4_words(qweight, scales, offsets, word, mask_k, offs_n, mask_n, N, GROUP
 
 
 @triton.jit
-def _int4_gemv_kernel(x, qweight, scales, offsets, out, partial, locks, bias, M, N, K, stride_xm, K_PER_SPLIT,
-                      SPLITS, GROUP: tl.constexpr, MINS: tl.constexpr, BLOCK_M: tl.constexpr,
-                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HAS_BIAS: tl.constexpr):
-    """The int4 matmul for a few rows, BLOCK_K (a multiple of the group) inputs per step, never unpacking into a
-    [K, N] tile. Word row r of the step holds k = k0 + 8r + i in nibble i; per (row, r, n) the step adds
-    s * (sum_i x q - z * sum_i x) (with minimums: s * sum_i x q - m * sum_i x) elementwise, and the sum over r
-    happens once at the end (no cross-thread reduction inside the loop)."""
-    pid_m, pid_n, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask_m, mask_n = offs_m < M, offs_n < N
-    rows = tl.arange(0, BLOCK_K // 8)
-    x_rows = x + offs_m[:, None].to(tl.int64) * stride_xm
-    acc = tl.zeros((BLOCK_M, BLOCK_K // 8, BLOCK_N), dtype=tl.float32)
-    k_begin = split * K_PER_SPLIT
-    k_end = tl.minimum(k_begin + K_PER_SPLIT, K)
-    for k0 in range(k_begin, k_end, BLOCK_K):
-        word = k0 // 8 + rows
-        mask_k = word < k_end // 8
-        packed, s, o = _int4_words(qweight, scales, offsets, word, mask_k, offs_n, mask_n, N, GROUP)
-        dot = tl.zeros((BLOCK_M, BLOCK_K // 8, BLOCK_N), dtype=tl.float32)
-        xsum = tl.zeros((BLOCK_M, BLOCK_K // 8), dtype=tl.float32)
-        for i in tl.static_range(8):
-            xi = tl.load(x_rows + (word * 8 + i)[None, :], mask=mask_m[:, None] & mask_k[None, :],
-                         other=0.0).to(tl.float32)
-            dot += xi[:, :, None] * _small_int_f32((packed >> (4 * i)) & 0xF)[None, :, :]
-            xsum += xi
-        if MINS:
-            acc += s[None, :, :] * dot - o[None, :, :] * xsum[:, :, None]
-        else:
-            acc += s[None, :, :] * (dot - o[None, :, :] * xsum[:, :, None])
-    idx = offs_m[:, None].to(tl.int64) * N + offs_n[None, :]
-    cols = tl.broadcast_to(offs_n[None, :], (BLOCK_M, BLOCK_N))
-    _store_tile(tl.sum(acc, axis=1), idx, cols, mask_m[:, None] & mask_n[None, :], out, partial, locks, bias,
-                pid_m * tl.num_programs(1) + pid_n, split, SPLITS, M * N, HAS_BIAS)
-
-
-@triton.jit
 def _int4_gemv1_kernel(x, qweight, scales, offsets, out, partial, locks, bias, N, K, K_PER_SPLIT, SPLITS,
                        GROUP: tl.constexpr, MINS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                        HAS_BIAS: tl.constexpr):
@@ -235,10 +241,14 @@ def _int4_gemv1_kernel(x, qweight, scales, offsets, out, partial, locks, bias, N
     acc = tl.zeros((BLOCK_K // 8, BLOCK_N), dtype=tl.float32)
     k_begin = split * K_PER_SPLIT
     k_end = tl.minimum(k_begin + K_PER_SPLIT, K)
-    for k0 in range(k_begin, k_end, BLOCK_K):
-        word = k0 // 8 + rows
-        mask_k = word < k_end // 8
-        packed, s, o = _int4_words(qweight, scales, offsets, word, mask_k, offs_n, mask_n, N, GROUP)
+    word = k_begin // 8 + rows
+    mask_k = word < k_end // 8
+    packed, s, o = _int4_words(qweight, scales, offsets, word, mask_k, offs_n, mask_n, N, GROUP)
+    for _k0 in range(k_begin, k_end, BLOCK_K):  # the next step's words load while this one's multiply
+        word_next = word + BLOCK_K // 8
+        mask_next = word_next < k_end // 8
+        packed_next, s_next, o_next = _int4_words(qweight, scales, offsets, word_next, mask_next, offs_n, mask_n,
+                                                  N, GROUP)
         dot = tl.zeros((BLOCK_K // 8, BLOCK_N), dtype=tl.float32)
         xsum = tl.zeros((BLOCK_K // 8,), dtype=tl.float32)
         for i in tl.static_range(8):
@@ -249,6 +259,7 @@ def _int4_gemv1_kernel(x, qweight, scales, offsets, out, partial, locks, bias, N
             acc += s * dot - o * xsum[:, None]
         else:
             acc += s * (dot - o * xsum[:, None])
+        packed, s, o, word, mask_k = packed_next, s_next, o_next, word_next, mask_next
     _store_tile(tl.sum(acc, axis=0), offs_n.to(tl.int64), offs_n, mask_n, out, partial, locks, bias, pid_n, split,
                 SPLITS, N, HAS_BIAS)
 
@@ -275,7 +286,7 @@ def _operands(w: Int4Weight | GGUFWeight) -> tuple[tuple[Tensor, Tensor, Tensor]
     """((w0, w1, w2), format id, group, block_k, row_bytes) of a weight."""
     if isinstance(w, Int4Weight):
         fmt = INT4_FORMAT if w.mins is None else INT4_MINS_FORMAT
-        return (w.qweight, w.scales, w.offsets), fmt, w.group_size, min(w.group_size, 64), 0
+        return (w.qweight, w.scales, w.offsets), fmt, w.group_size, min(w.group_size, 128), 0
     return (w.blocks, w.blocks, w.blocks), w.qtype, 1, _GGUF_BLOCK_K[w.qtype], w.blocks.shape[1]
 
 
@@ -290,13 +301,11 @@ def dequantize_triton(w: Int4Weight | GGUFWeight, dtype: torch.dtype) -> Tensor:
     return out
 
 
-def _row_block(m: int) -> int:
-    """Rows per program: 1, 2 or 4 for the GEMV kernels, else enough (up to 64) that the weight is decoded once
-    per 64 rows, not once per 16."""
-    if m <= 2:
+def _row_block(m: int, gemv1: bool) -> int:
+    """Rows per program: 1 for the int4 GEMV, 1 or 2 for GGUF blocks' broadcast product, else enough (16 to 64)
+    for the tensor cores, the weight decoded once per 64 rows rather than once per 16."""
+    if gemv1 or m <= 2:
         return max(m, 1)
-    if m <= 4:
-        return 4
     return min(max(triton.next_power_of_2(m), 16), 64)
 
 
@@ -313,13 +322,15 @@ def dequant_matmul_triton(x: Tensor, w: Int4Weight | GGUFWeight, bias: Tensor | 
     if m >= DENSE_FROM_ROWS:
         return F.linear(x2, dequantize_triton(w, x.dtype), bias).reshape(*lead, n)
     (w0, w1, w2), fmt, group, block_k, row_bytes = _operands(w)
-    block_m = _row_block(m)
-    gemv = fmt in (INT4_FORMAT, INT4_MINS_FORMAT) and block_m < 16
-    gemv1 = gemv and m == 1 and x2.is_contiguous()
-    per_sm = GEMV1_PROGRAMS_PER_SM if gemv1 else GEMV_PROGRAMS_PER_SM if gemv else 4
-    block_n = GEMV1_BLOCK_N if gemv1 else GEMV_BLOCK_N if gemv else (64 if block_m >= 16 else 32)
-    if gemv:  # the last step of a slice may be partial (masked)
-        block_k = max(GEMV1_BLOCK_K if gemv1 else GEMV_BLOCK_K // block_m, group)
+    int4 = fmt in (INT4_FORMAT, INT4_MINS_FORMAT)
+    gemv1 = int4 and m == 1
+    if gemv1 and not x2.is_contiguous():
+        x2 = x2.contiguous()
+    block_m = _row_block(m, gemv1)
+    per_sm = GEMV1_PROGRAMS_PER_SM if gemv1 else TC_PROGRAMS_PER_SM
+    block_n = GEMV1_BLOCK_N if gemv1 else (TC_BLOCK_N if block_m >= 16 else 32)
+    if gemv1:  # the last step of a slice may be partial (masked)
+        block_k = max(GEMV1_BLOCK_K, group)
     m_tiles, n_tiles = triton.cdiv(max(m, 1), block_m), triton.cdiv(n, block_n)
     steps = triton.cdiv(k, block_k)
     splits = max(1, min(steps, (per_sm * _num_sms(x.device)) // (m_tiles * n_tiles)))
@@ -338,16 +349,13 @@ def dequant_matmul_triton(x: Tensor, w: Int4Weight | GGUFWeight, bias: Tensor | 
         if gemv1:
             _int4_gemv1_kernel[grid](x2, w0, w1, w2, out, partial, locks, b, n, k, k_per_split, splits,
                                      GROUP=group, MINS=mins, BLOCK_N=block_n, BLOCK_K=block_k, HAS_BIAS=has_bias,
-                                     num_warps=GEMV_WARPS)
-        elif gemv:
-            _int4_gemv_kernel[grid](x2, w0, w1, w2, out, partial, locks, b, m, n, k, x2.stride(0), k_per_split,
-                                    splits, GROUP=group, MINS=mins, BLOCK_M=block_m, BLOCK_N=block_n,
-                                    BLOCK_K=block_k, HAS_BIAS=has_bias, num_warps=GEMV_WARPS)
+                                     num_warps=GEMV1_WARPS)
         else:
             _dequant_matmul_kernel[grid](x2, w0, w1, w2, out, partial, locks, b, m, n, k, x2.stride(0), row_bytes,
                                          k_per_split, splits, FORMAT=fmt, GROUP=group, BLOCK_M=block_m,
                                          BLOCK_N=block_n, BLOCK_K=block_k, HAS_BIAS=has_bias,
-                                         num_warps=8 if block_m >= 64 else 4)
+                                         NIBBLE_DOTS=TC_NIBBLE_DOTS and int4 and block_m >= 16 and block_k >= 128,
+                                         num_warps=TC_WARPS if block_m >= 16 else 4)
     return out.reshape(*lead, n)
 
 

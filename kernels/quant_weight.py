@@ -41,7 +41,7 @@ class Int4Weight:
     zeros: Tensor | None  # float16 [K // g, N]: zero points in units of q (8 for a symmetric scheme)
     group_size: int
     perm: Tensor | None = None  # int64 [K]
-    mins: Tensor | None = None  # float32 [K // g, N], instead of zeros
+    mins: Tensor | None = None  # float16 or float32 [K // g, N], instead of zeros
     locks: Tensor = field(init=False, repr=False, compare=False)  # the split-K matmul's tile counters
 
     def __post_init__(self) -> None:
@@ -72,6 +72,10 @@ class Fp8Weight:
 
     weight: Tensor  # float8_e4m3fn [N, K]
     scale: Tensor  # float32 [N]
+    locks: Tensor = field(init=False, repr=False, compare=False)  # the split-K GEMV's tile counters
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "locks", _split_locks(self.weight.shape[0], self.weight.device))
 
     @property
     def shape(self) -> tuple[int, int]:
