@@ -33,8 +33,8 @@ DENSE_FROM_ROWS = 128  # from this many rows on, decode the weight once and run 
 # the int4 GEMV's tiles (one row): BLOCK_N columns, BLOCK_K inputs per step (a power of two, a multiple of the
 # group), programs per SM that split-K aims for, warps
 GEMV1_BLOCK_N, GEMV1_BLOCK_K, GEMV1_PROGRAMS_PER_SM, GEMV1_WARPS = 32, 512, 8, 4
-TC_BLOCK_N, TC_PROGRAMS_PER_SM, TC_WARPS = 64, 4, 4  # the tensor-core kernel's columns, split-K aim, warps
-TC_NIBBLE_DOTS = True  # int4 groups of >= 128 inputs: one dot per nibble position, not a decoded tile
+# the tensor-core kernel's columns, the programs per SM split-K aims for (up to 16 rows, more rows), warps
+TC_BLOCK_N, TC_PROGRAMS_PER_SM, TC_PROGRAMS_PER_SM_64, TC_WARPS = 64, 8, 4, 4
 
 # rows of the block column one decode step covers: a scale group (int4) or a GGUF (sub-)block
 _GGUF_BLOCK_K = {Q8_0.code: 32, Q4_0.code: 32, Q4_1.code: 32, Q4_K.code: 32, Q6_K.code: 16}
@@ -163,11 +163,8 @@ def _decode_tile(w0, w1, w2, k0, offs_n, mask_n, N, ROW_BYTES, FORMAT: tl.conste
 @triton.jit
 def _dequant_matmul_kernel(x, w0, w1, w2, out, partial, locks, bias, M, N, K, stride_xm, ROW_BYTES, K_PER_SPLIT,
                            SPLITS, FORMAT: tl.constexpr, GROUP: tl.constexpr, BLOCK_M: tl.constexpr,
-                           BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HAS_BIAS: tl.constexpr,
-                           NIBBLE_DOTS: tl.constexpr):
-    """out[m, n] = sum over k of x[m, k] * w[n, k] (+ bias[n]), this program's split of K. int4 with
-    `NIBBLE_DOTS` (BLOCK_M >= 16, a step of one group of >= 128 inputs) multiplies each nibble position's
-    [BLOCK_K // 8, BLOCK_N] values by its inputs directly and applies the group's scale and zero to the sums."""
+                           BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HAS_BIAS: tl.constexpr):
+    """out[m, n] = sum over k of x[m, k] * w[n, k] (+ bias[n]), this program's split of K."""
     pid_m, pid_n, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -183,25 +180,12 @@ def _dequant_matmul_kernel(x, w0, w1, w2, out, partial, locks, bias, M, N, K, st
             more = mask_n & (tl.zeros_like(offs_n) + k0 + BLOCK_K < k_end)  # the last step prefetches nothing
             packed_next, s_next, o_next = _int4_tile_load(w0, w1, w2, k0 + BLOCK_K, offs_n, more, N, GROUP,
                                                           BLOCK_K)
-            if NIBBLE_DOTS:  # one dot per nibble position (inputs k0 + 8r + i), no [BLOCK_K, BLOCK_N] tile
-                words = tl.arange(0, BLOCK_K // 8)
-                step = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-                xsum = tl.zeros((BLOCK_M,), dtype=tl.float32)
-                for i in tl.static_range(8):
-                    xi = tl.load(x_rows + (k0 + words * 8 + i)[None, :], mask=mask_m[:, None], other=0.0)
-                    step += tl.dot(xi, _small_int_f32((packed >> (4 * i)) & 0xF).to(xi.dtype))
-                    xsum += tl.sum(xi.to(tl.float32), axis=1)
-                if FORMAT == 1001:
-                    acc += step * s[None, :] - xsum[:, None] * o[None, :]
-                else:
-                    acc += (step - xsum[:, None] * o[None, :]) * s[None, :]
+            xt = tl.load(x_rows + (k0 + offs_k)[None, :], mask=mask_m[:, None], other=0.0)
+            wt = _int4_tile_decode(packed, s, o, FORMAT == 1001, BLOCK_K, BLOCK_N)
+            if BLOCK_M >= 16:
+                acc += tl.dot(xt, wt.to(xt.dtype))
             else:
-                xt = tl.load(x_rows + (k0 + offs_k)[None, :], mask=mask_m[:, None], other=0.0)
-                wt = _int4_tile_decode(packed, s, o, FORMAT == 1001, BLOCK_K, BLOCK_N)
-                if BLOCK_M >= 16:
-                    acc += tl.dot(xt, wt.to(xt.dtype))
-                else:
-                    acc += tl.sum(xt.to(tl.float32)[:, :, None] * wt[None, :, :], axis=1)
+                acc += tl.sum(xt.to(tl.float32)[:, :, None] * wt[None, :, :], axis=1)
             packed, s, o = packed_next, s_next, o_next
     else:
         for k0 in range(k_begin, k_end, BLOCK_K):
@@ -327,7 +311,7 @@ def dequant_matmul_triton(x: Tensor, w: Int4Weight | GGUFWeight, bias: Tensor | 
     if gemv1 and not x2.is_contiguous():
         x2 = x2.contiguous()
     block_m = _row_block(m, gemv1)
-    per_sm = GEMV1_PROGRAMS_PER_SM if gemv1 else TC_PROGRAMS_PER_SM
+    per_sm = GEMV1_PROGRAMS_PER_SM if gemv1 else TC_PROGRAMS_PER_SM if block_m <= 16 else TC_PROGRAMS_PER_SM_64
     block_n = GEMV1_BLOCK_N if gemv1 else (TC_BLOCK_N if block_m >= 16 else 32)
     if gemv1:  # the last step of a slice may be partial (masked)
         block_k = max(GEMV1_BLOCK_K, group)
@@ -354,7 +338,6 @@ def dequant_matmul_triton(x: Tensor, w: Int4Weight | GGUFWeight, bias: Tensor | 
             _dequant_matmul_kernel[grid](x2, w0, w1, w2, out, partial, locks, b, m, n, k, x2.stride(0), row_bytes,
                                          k_per_split, splits, FORMAT=fmt, GROUP=group, BLOCK_M=block_m,
                                          BLOCK_N=block_n, BLOCK_K=block_k, HAS_BIAS=has_bias,
-                                         NIBBLE_DOTS=TC_NIBBLE_DOTS and int4 and block_m >= 16 and block_k >= 128,
                                          num_warps=TC_WARPS if block_m >= 16 else 4)
     return out.reshape(*lead, n)
 

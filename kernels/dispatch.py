@@ -109,16 +109,18 @@ def _dequant_matmul_triton() -> Callable[..., Tensor] | None:
 
 
 def quant_linear(x: Tensor, weight: QuantizedWeight, bias: Tensor | None = None) -> Tensor:
-    """x @ dequantize(weight).T (+ bias) in x's dtype: on CUDA an Fp8Weight through `torch._scaled_mm`, an
-    Int4Weight or GGUFWeight through the dequantizing Triton matmul; elsewhere `quant_linear_reference`."""
+    """x @ dequantize(weight).T (+ bias) in x's dtype: on CUDA an Fp8Weight through the FP8 GEMV (few rows) or
+    `torch._scaled_mm`, an Int4Weight or GGUFWeight through the dequantizing Triton matmul; elsewhere
+    `quant_linear_reference`."""
     if isinstance(weight, StackedWeight):
         out = torch.cat([quant_linear(x, part) for part in weight.parts], dim=-1)
         return out if bias is None else out + bias
     if x.is_cuda and os.environ.get(FORCE_REFERENCE_ENV) != "1":
-        if isinstance(weight, Fp8Weight) and weight.shape[0] % 16 == 0 and weight.shape[1] % 16 == 0:
-            from radixgen.kernels.quant_fp8 import fp8_linear_cuda  # _scaled_mm needs multiples of 16
+        if isinstance(weight, Fp8Weight):
+            from radixgen.kernels.quant_fp8 import fp8_cuda_runs, fp8_linear_cuda
 
-            return fp8_linear_cuda(x, weight, bias)
+            if fp8_cuda_runs(x.numel() // weight.shape[1], weight):
+                return fp8_linear_cuda(x, weight, bias)
         kernel = _dequant_matmul_triton() if isinstance(weight, Int4Weight | GGUFWeight) else None
         if kernel is not None:
             return kernel(x, weight, bias)

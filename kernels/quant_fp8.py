@@ -1,8 +1,9 @@
-"""FP8 (e4m3) linears on CUDA: activations quantized per token, then `torch._scaled_mm` with row-wise scales.
+"""FP8 (e4m3) linears on CUDA: activations quantized per token, then a Triton GEMV for a few rows
+(`fp8_gemv_triton`) or `torch._scaled_mm` with row-wise scales.
 
 The twin of `quant_ref.quant_linear_reference` for an Fp8Weight: the same per-token quantization (one Triton
-kernel, `fp8_quant_triton`, the torch form where Triton does not import), the product accumulated in fp32 by the
-FP8 tensor cores and scaled by xs[m] * ws[n].
+kernel, `fp8_quant_triton`, the torch form where Triton does not import), then `fp8_scaled_matmul_reference`:
+the product accumulated in fp32 and scaled by xs[m] * ws[n].
 Row-wise scaled FP8 matmuls need compute capability 8.9 (Ada) or newer; `fp8_unsupported_reason` says why a
 device cannot run them, for the loader to refuse early.
 """
@@ -19,6 +20,7 @@ from radixgen.kernels.quant_ref import quantize_fp8_per_token
 from radixgen.kernels.quant_weight import Fp8Weight
 
 FP8_MIN_CAPABILITY = (8, 9)
+GEMV_ROWS_BELOW = 16  # fewer rows than this run the Triton GEMV; from here on the tensor-core GEMM wins
 
 
 def fp8_unsupported_reason(device: torch.device) -> str | None:
@@ -33,6 +35,19 @@ def fp8_unsupported_reason(device: torch.device) -> str | None:
     return None
 
 
+def fp8_scaled_matmul_reference(xq: Tensor, xs: Tensor, w: Fp8Weight, bias: Tensor | None,
+                                dtype: torch.dtype) -> Tensor:
+    """xq [M, K] e4m3, xs float32 [M, 1] -> [M, N] in `dtype`:
+
+        for m, n:  out[m, n] = sum_k xq[m, k] * w.weight[n, k]  (fp32; each product is exact)
+                   out[m, n] = out[m, n] * xs[m] * w.scale[n] (+ bias[n])
+    """
+    out = (xq.float() @ w.weight.float().t()) * xs.float() * w.scale.float().view(1, -1)
+    if bias is not None:
+        out = out + bias.float()
+    return out.to(dtype)
+
+
 @functools.lru_cache(maxsize=1)
 def _per_token() -> Callable[[Tensor], tuple[Tensor, Tensor]]:
     try:
@@ -42,11 +57,31 @@ def _per_token() -> Callable[[Tensor], tuple[Tensor, Tensor]]:
     return quantize_fp8_per_token_triton
 
 
+@functools.lru_cache(maxsize=1)
+def _gemv() -> Callable[..., Tensor] | None:
+    try:
+        from radixgen.kernels.fp8_gemv_triton import fp8_gemv_triton
+    except ImportError:
+        return None
+    return fp8_gemv_triton
+
+
+def fp8_cuda_runs(rows: int, w: Fp8Weight) -> bool:
+    """Whether `fp8_linear_cuda` takes `rows` rows of x for `w`: the GEMV takes any shape, `_scaled_mm` needs
+    N and K multiples of 16."""
+    n, k = w.shape
+    return (rows < GEMV_ROWS_BELOW and _gemv() is not None) or (n % 16 == 0 and k % 16 == 0)
+
+
 def fp8_linear_cuda(x: Tensor, w: Fp8Weight, bias: Tensor | None = None) -> Tensor:
-    """x @ dequantize(w).T (+ bias) in x's dtype through the FP8 tensor cores."""
+    """x @ dequantize(w).T (+ bias) in x's dtype: the Triton GEMV for fewer than GEMV_ROWS_BELOW rows, else the
+    FP8 tensor cores through `torch._scaled_mm` (see `fp8_cuda_runs`)."""
     n, k = w.shape
     lead = x.shape[:-1]
     xq, xs = _per_token()(x.reshape(-1, k))
+    gemv = _gemv()
+    if xq.shape[0] < GEMV_ROWS_BELOW and gemv is not None:
+        return gemv(xq, xs, w, bias, x.dtype).reshape(*lead, n)
     # row-wise scaling writes bf16; mat2 must be column-major, which the [N, K] weight's transpose is
     out = torch._scaled_mm(xq, w.weight.t(), scale_a=xs, scale_b=w.scale.view(1, n), out_dtype=torch.bfloat16)
     out = out.to(x.dtype)

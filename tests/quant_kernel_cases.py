@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import torch
+from torch import Tensor
 
-from radixgen.kernels import GGUFWeight, Int4Weight, QuantizedWeight, pack_int4, quant_linear_reference
+from radixgen.kernels import Fp8Weight, GGUFWeight, Int4Weight, QuantizedWeight, pack_int4, quant_linear_reference
 from radixgen.kernels.gguf_ref import Q4_0, Q4_1, Q4_K, Q6_K, Q8_0
+from radixgen.kernels.quant_ref import quantize_fp8_per_token
 from radixgen.runtime.quant.gguf_blocks import QUANTIZABLE_TYPES, quantize_blocks
+from radixgen.runtime.quant.rtn import quantize_fp8
 
 TOLERANCE = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
 FP8_QUANT_TOLERANCE = {"cpu": 0.2, "cuda": 0.02}
@@ -24,18 +28,20 @@ FP8_QUANT_TOLERANCE = {"cpu": 0.2, "cuda": 0.02}
 
 @dataclass(frozen=True)
 class Case:
-    kind: str  # "int4" (zero points), "int4-mins" (group minimums) or a GGUF type name
+    kind: str  # "int4" (zero points), "int4-mins" (group minimums), a GGUF type name, "fp8" (the FP8 GEMV's
+    # tiles for the rows) or "fp8-mma" (its tensor-core tiles at any row count)
     rows: int  # M
     n: int
     k: int
     group: int = 128
     act_order: bool = False
     dtype: str = "float32"
+    bias: bool = False
 
     @property
     def id(self) -> str:
         extra = f"-g{self.group}{'-act' if self.act_order else ''}" if self.kind.startswith("int4") else ""
-        return f"{self.kind}{extra}-m{self.rows}-{self.n}x{self.k}-{self.dtype}"
+        return f"{self.kind}{extra}-m{self.rows}-{self.n}x{self.k}{'-bias' if self.bias else ''}-{self.dtype}"
 
 
 def cases(size: str) -> list[Case]:
@@ -46,6 +52,11 @@ def cases(size: str) -> list[Case]:
         # K split among programs at every row count (the last slice of a tile adds the partial sums)
         out += [Case(kind, m, 72, 2048, 32) for kind in ("int4", "int4-mins") for m in (1, 3, 20)]
         out += [Case(t.name, m, 40, 512) for t in (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K) for m in (1, 5, 17)]
+        # FP8 GEMV: a partial channel tile and a ragged (masked) last step (K = 256, 1200, 300), K split among
+        # programs (2048), the tensor-core tiles at 1 row too, a bias, half-precision outputs
+        out += [Case("fp8", m, 40, k) for m in (1, 3, 15) for k in (256, 2048)]
+        out += [Case("fp8", 1, 40, 1200), Case("fp8", 5, 72, 300), Case("fp8-mma", 1, 40, 2048)]
+        out += [Case("fp8", m, 72, 1024, dtype=dt, bias=True) for m in (1, 4) for dt in ("float16", "bfloat16")]
         return out
     shapes = ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336))
     out = [Case("int4", m, n, k, 128, act, "bfloat16") for m in (1, 16, 64, 256) for n, k in shapes
@@ -53,6 +64,9 @@ def cases(size: str) -> list[Case]:
     out += [Case("int4-mins", m, n, k, 32, False, "bfloat16") for m in (1, 4, 16, 64) for n, k in shapes]
     out += [Case(t.name, m, n, k, dtype="bfloat16") for t in (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K) for m in (1, 16, 256)
             for n, k in shapes[:2]]
+    out += [Case("fp8", m, n, k, dtype="bfloat16") for m in (1, 4, 15) for n, k in shapes]
+    out += [Case("fp8-mma", 1, n, k, dtype="bfloat16") for n, k in shapes]
+    out += [Case("fp8", m, 6144, 4096, dtype="bfloat16", bias=True) for m in (1, 4)]
     return out
 
 
@@ -73,6 +87,8 @@ def fp8_quant_error(rows: int, k: int, device: torch.device, seed: int) -> float
 
 
 def make_weight(case: Case, device: torch.device, gen: torch.Generator) -> QuantizedWeight:
+    if case.kind.startswith("fp8"):
+        return quantize_fp8((torch.randn(case.n, case.k, generator=gen) * 0.05).to(device))
     if case.kind == "int4":
         q = torch.randint(0, 16, (case.k, case.n), generator=gen)
         groups = case.k // case.group
@@ -99,6 +115,19 @@ def make_weight(case: Case, device: torch.device, gen: torch.Generator) -> Quant
     return GGUFWeight(blocks.to(device), fmt.code, case.k)
 
 
+def _fp8_gemv(case: Case) -> Callable[[Tensor, QuantizedWeight, Tensor | None], Tensor]:
+    """The FP8 GEMV on x quantized by the reference (the interpreter's e4m3 rounding is not the hardware's, see
+    `fp8_quant_error`; on CUDA the Triton quantization is tested by that function and the linear tests)."""
+    from radixgen.kernels.fp8_gemv_triton import GEMV_MMA_TILES, fp8_gemv_triton
+
+    def gemv(x: Tensor, w: QuantizedWeight, bias: Tensor | None) -> Tensor:
+        assert isinstance(w, Fp8Weight)
+        xq, xs = quantize_fp8_per_token(x)
+        return fp8_gemv_triton(xq, xs, w, bias, x.dtype, GEMV_MMA_TILES if case.kind == "fp8-mma" else None)
+
+    return gemv
+
+
 def run_case(case: Case, device: torch.device, seed: int) -> float:
     """Relative error of the Triton matmul against the reference on fp32 copies of the same inputs."""
     from radixgen.kernels.dequant_matmul_triton import dequant_matmul_triton
@@ -106,11 +135,16 @@ def run_case(case: Case, device: torch.device, seed: int) -> float:
     gen = torch.Generator().manual_seed(seed)
     dtype = getattr(torch, case.dtype)
     w = make_weight(case, device, gen)
-    x = torch.randn(case.rows, case.k, generator=gen).to(device=device, dtype=dtype)
-    out = dequant_matmul_triton(x, w)
-    if not torch.equal(out, dequant_matmul_triton(x, w)):  # a second call: the split-K counters were reset
+    x = torch.randn(case.rows, case.k, generator=gen)
+    if case.kind.startswith("fp8"):  # rows of different sizes: each has its own scale
+        x = x * torch.logspace(-1, 1, case.rows)[:, None]
+    x = x.to(device=device, dtype=dtype)
+    bias = torch.randn(case.n, generator=gen).to(device=device, dtype=dtype) if case.bias else None
+    matmul = _fp8_gemv(case) if case.kind.startswith("fp8") else dequant_matmul_triton
+    out = matmul(x, w, bias)
+    if not torch.equal(out, matmul(x, w, bias)):  # a second call: the split-K counters were reset
         return float("inf")
-    ref = quant_linear_reference(x.float(), w).double()
+    ref = quant_linear_reference(x.float(), w, None if bias is None else bias.float()).double()
     err = ((out.double() - ref).norm() / ref.norm()).item()
     return err if bool(out.isfinite().all()) else float("inf")
 

@@ -56,11 +56,39 @@ def test_triton_cuda_fp8_per_token_matches_reference(shape: tuple[int, int]) -> 
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", cases("real") + SMALL, ids=lambda c: c.id)
 def test_triton_cuda_matches_reference(case: Case) -> None:
+    if case.kind.startswith("fp8") and kernels.fp8_unsupported_reason(torch.device("cuda")) is not None:
+        pytest.skip("this GPU has no FP8 conversions")
     seed = int.from_bytes(os.urandom(4), "little")
     err = run_case(case, torch.device("cuda"), seed)
     # fp32 inputs go through tl.dot as TF32 on the GPU (10-bit mantissa): its rounding, not the interpreter's
     tolerance = 2e-3 if case.dtype == "float32" else TOLERANCE[getattr(torch, case.dtype)]
     assert err <= tolerance, f"{case.id}: relative error {err:.3e} (seed {seed})"
+
+
+def test_fp8_gemv_cases_split_k_and_cover_both_kernels() -> None:
+    """The small table reaches the one-row and the tensor-core kernels, each with K split among programs (the
+    interpreter's device counts 4 SMs)."""
+    pytest.importorskip("triton")
+    from radixgen.kernels.fp8_gemv_triton import GEMV_MMA_TILES, gemv_tiles, split_k
+
+    seen = set()
+    for case in SMALL:
+        if case.kind.startswith("fp8"):
+            tiles = GEMV_MMA_TILES if case.kind == "fp8-mma" else gemv_tiles(case.rows)
+            splits, _ = split_k(-(-case.n // tiles.block_n), case.k, tiles, num_sms=4)
+            seen.add((tiles.kind, splits > 1))
+    assert seen == {("fma", False), ("fma", True), ("mma", False), ("mma", True)}
+
+
+def test_fp8_dispatch_takes_any_shape_for_few_rows() -> None:
+    """The GEMV takes N and K of any size; `_scaled_mm` (16 rows or more) only multiples of 16, else the
+    reference runs."""
+    pytest.importorskip("triton")
+    from radixgen.kernels.quant_fp8 import GEMV_ROWS_BELOW, fp8_cuda_runs
+
+    odd, even = quantize_fp8(torch.randn(40, 300)), quantize_fp8(torch.randn(48, 320))
+    assert fp8_cuda_runs(1, odd) and fp8_cuda_runs(GEMV_ROWS_BELOW - 1, odd)
+    assert not fp8_cuda_runs(GEMV_ROWS_BELOW, odd) and fp8_cuda_runs(GEMV_ROWS_BELOW, even)
 
 
 @pytest.mark.parametrize("group", [32, 64, 128])
@@ -100,17 +128,24 @@ def test_stacked_weight_concatenates_its_parts() -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("rows", [1, 7, 64, 300])
-def test_fp8_scaled_mm_matches_reference_on_cuda(rows: int) -> None:
+@pytest.mark.parametrize("rows", [1, 4, 7, 15, 16, 64, 300])
+@pytest.mark.parametrize("shape", [(512, 1024), (40, 300)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_fp8_linear_matches_reference_on_cuda(rows: int, shape: tuple[int, int]) -> None:
+    """Through `kernels.linear` as the model calls it: the Triton quantization, then the GEMV (fewer than 16
+    rows), `_scaled_mm` or, for a shape it cannot take, the reference; with a bias and a leading batch dim."""
     if kernels.fp8_unsupported_reason(torch.device("cuda")) is not None:
         pytest.skip("this GPU has no FP8 tensor cores")
     gen = torch.Generator(device="cuda").manual_seed(0)
-    w = torch.randn(512, 1024, device="cuda", generator=gen, dtype=torch.bfloat16) * 0.05
-    x = torch.randn(rows, 1024, device="cuda", generator=gen, dtype=torch.bfloat16)
+    n, k = shape
+    w = torch.randn(n, k, device="cuda", generator=gen, dtype=torch.bfloat16) * 0.05
+    x = torch.randn(1, rows, k, device="cuda", generator=gen, dtype=torch.bfloat16)
+    bias = torch.randn(n, device="cuda", generator=gen, dtype=torch.bfloat16)
     q = quantize_fp8(w)
-    out = kernels.linear(x, q).float()
-    ref = quant_linear_reference(x.float(), q)
-    assert ((out - ref).norm() / ref.norm()).item() < 1e-2
+    for b in (None, bias):
+        out = kernels.linear(x, q, b).float()
+        assert out.shape == (1, rows, n)
+        ref = quant_linear_reference(x.float(), q, None if b is None else b.float())
+        assert ((out - ref).norm() / ref.norm()).item() < 1e-2
 
 
 @pytest.mark.gpu
