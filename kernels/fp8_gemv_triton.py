@@ -50,13 +50,11 @@ class GemvTiles:
     num_stages: int = 1
 
 
-# Bytes in flight an SM needs to stream at the H200's bandwidth: ~4.8 TB/s x ~1 us of loaded latency / 132 SMs,
-# ~36 KiB. "fma": a one-warp program streams 512 contiguous bytes of each of its 16 channels per step (8 KiB in
-# one wave of 16-byte loads), 16 programs an SM: 128 KiB, with room for the conversions and FMAs to overlap them.
-GEMV1_TILES = GemvTiles("fma", block_n=16, block_k=512, num_warps=1, programs_per_sm=16)
-# "mma": 64 x 256 weight bytes (+ 16 x 256 of xq) a stage, 3 stages = 60 KiB of shared memory, so 3 programs an
-# SM, each with 2 stages (40 KiB) loading while one multiplies
-GEMV_MMA_TILES = GemvTiles("mma", block_n=64, block_k=256, num_warps=4, programs_per_sm=3, num_stages=3)
+# Launch shapes picked on the H200 by timing variants of each kernel over the Llama-3-8B linears (CUDA graphs,
+# weights not in L2; docs/benchmarks.md): one row streams 2 KiB of each of 4 channels per step with 4 warps;
+# 2-15 rows take 128 x 256 weight bytes a stage, 3 stages, 8 warps.
+GEMV1_TILES = GemvTiles("fma", block_n=4, block_k=2048, num_warps=4, programs_per_sm=8)
+GEMV_MMA_TILES = GemvTiles("mma", block_n=128, block_k=256, num_warps=8, programs_per_sm=2, num_stages=3)
 
 
 @triton.jit

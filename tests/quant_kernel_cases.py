@@ -55,7 +55,8 @@ def cases(size: str) -> list[Case]:
         # FP8 GEMV: a partial channel tile and a ragged (masked) last step (K = 256, 1200, 300), K split among
         # programs (2048), the tensor-core tiles at 1 row too, a bias, half-precision outputs
         out += [Case("fp8", m, 40, k) for m in (1, 3, 15) for k in (256, 2048)]
-        out += [Case("fp8", 1, 40, 1200), Case("fp8", 5, 72, 300), Case("fp8-mma", 1, 40, 2048)]
+        out += [Case("fp8", 1, 40, 1200), Case("fp8", 1, 24, 8192), Case("fp8", 5, 72, 300),
+                Case("fp8-mma", 1, 40, 2048)]
         out += [Case("fp8", m, 72, 1024, dtype=dt, bias=True) for m in (1, 4) for dt in ("float16", "bfloat16")]
         return out
     shapes = ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336))
