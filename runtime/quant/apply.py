@@ -12,6 +12,7 @@ from radixgen.kernels.gguf_ref import BLOCK_FORMATS
 from radixgen.kernels.quant_weight import INT4_GROUP_SIZES
 from radixgen.runtime.models.llama import LlamaForCausalLM
 from radixgen.runtime.quant.gguf_blocks import quantize_blocks
+from radixgen.runtime.quant.gguf_repack import REPACKED_TYPES, repack_blocks
 from radixgen.runtime.quant.rtn import quantize_fp8, quantize_int4_rtn
 from radixgen.runtime.quant.scheme import RtnTarget
 
@@ -40,7 +41,10 @@ def quantize_weight(weight: torch.Tensor, target: RtnTarget) -> LinearWeight:
         logger.warning("%s: in features %d are no multiple of %d; that linear stays dense", fmt.name, k,
                        fmt.block_elems)
         return weight
-    return GGUFWeight(quantize_blocks(weight, fmt.code), fmt.code, k)
+    blocks = quantize_blocks(weight, fmt.code)
+    if weight.is_cuda and fmt.code in REPACKED_TYPES:  # as a GGUF file's 4-bit blocks load on CUDA
+        return repack_blocks(blocks, fmt.code, k)
+    return GGUFWeight(blocks, fmt.code, k)
 
 
 @torch.no_grad()
