@@ -844,7 +844,7 @@ class EngineCore:
         except UnicodeDecodeError:  # the sampled token ends inside a character: keep it, jump after it
             joint = None
         if joint is not None:
-            ids = self.tokenizer.encode(joint, add_special_tokens=False)[:budget]
+            ids = self.tokenizer.encode(joint, add_special_tokens=False, continued=True)[:budget]
             replaced = bool(ids) and ids[0] != token
             kept = int(computed and not replaced)  # the first id is the token a launched step computes
             ids = self._fit_row(ids, kept)
@@ -866,7 +866,8 @@ class EngineCore:
         except UnicodeDecodeError:  # starts inside a character the sampled token began: no jump this step
             return [token]
         # The row holds the sampled token too unless a launched step computes it.
-        ids = self._fit_row(self.tokenizer.encode(text, add_special_tokens=False)[: budget - 1], int(computed) - 1)
+        ids = self._fit_row(self.tokenizer.encode(text, add_special_tokens=False, continued=True)[: budget - 1],
+                            int(computed) - 1)
         if not self._jump_pays(len(ids), len(ids) + 1 - int(computed)):
             return [token]
         return self._count_jump(req, [token] + ids[: self._advance_all(m, ids)], int(computed))

@@ -200,3 +200,19 @@ def test_the_chain_in_the_overlapped_loop_delivers_what_stepping_does(char_engin
     assert engine.flush_cache()
     stats = engine.get_stats()
     assert stats["kv_slots_free"] == stats["kv_slots_total"]
+
+
+def test_forced_text_after_a_sampled_token_jumps_on_a_sentencepiece_tokenizer(mistral_engine, monkeypatch):
+    """The forced `}]` after a sampled digit is tokenized as a continuation (`encode(continued=True)`): encoded
+    as a fresh text it would start with Mistral's prefix space, which the grammar refuses, and no jump would be
+    taken."""
+    engine = mistral_engine
+    grammar = r'root ::= "{\"a\": " [0-9] "}]"'
+    assert engine.tokenizer.encode("}]", add_special_tokens=False)[0] != \
+        engine.tokenizer.encode("}]", add_special_tokens=False, continued=True)[0]
+    seen = _jumps(engine, monkeypatch)
+    out = _generate(engine, monkeypatch, {"ebnf": grammar, "temperature": 0, "max_new_tokens": 30}, jump=True)
+    assert _valid_prefix(engine, grammar, out["output_ids"]).is_terminated()
+    tail = engine.tokenizer.encode("}]", add_special_tokens=False, continued=True)
+    digit_jumps = [ids for ids, _ in seen if engine.tokenizer.decode(ids[:1]).strip().isdigit()]
+    assert digit_jumps == [[out["output_ids"][-1 - len(tail)], *tail]]  # the digit and `}]` in one step

@@ -49,8 +49,9 @@ def _compose(steps: list[Normalizer], text: str) -> str:
     return text
 
 
-def build_normalizer(spec: dict | None) -> Normalizer | None:
-    """Compile a normalizer spec; None when it does nothing."""
+def build_normalizer(spec: dict | None, prepend: bool = True) -> Normalizer | None:
+    """Compile a normalizer spec; None when it does nothing. `prepend=False` leaves out `Prepend` steps (the
+    normalizer of text that continues a sequence: SentencePiece's prefix space belongs to its start only)."""
     if spec is None:
         return None
     kind = spec["type"]
@@ -59,7 +60,7 @@ def build_normalizer(spec: dict | None) -> Normalizer | None:
     if kind == "Lowercase":
         return _lowercase
     if kind == "Prepend":
-        return partial(_prepend, spec["prepend"])
+        return partial(_prepend, spec["prepend"]) if prepend else None
     if kind == "Replace":
         if "String" in spec["pattern"]:
             old, new = spec["pattern"]["String"], spec["content"]
@@ -68,7 +69,7 @@ def build_normalizer(spec: dict | None) -> Normalizer | None:
     if kind == "Strip":
         return partial(_strip, spec.get("strip_left", True), spec.get("strip_right", True))
     if kind == "Sequence":
-        steps = [s for s in map(build_normalizer, spec["normalizers"]) if s is not None]
+        steps = [s for s in (build_normalizer(n, prepend) for n in spec["normalizers"]) if s is not None]
         if not steps:
             return None
         return steps[0] if len(steps) == 1 else partial(_compose, steps)

@@ -68,6 +68,7 @@ class Tokenizer:
         self.spec = spec
         self.model: BPEModel = spec.model
         self._normalize = build_normalizer(spec.normalizer)
+        self._normalize_continued = build_normalizer(spec.normalizer, prepend=False)
         self._pretokenize = build_pretokenizer(spec.pre_tokenizer)
         self.byte_level = self._pretokenize.byte_level
 
@@ -201,10 +202,12 @@ class Tokenizer:
             symbols = [self._byte_id[b] for b in data if b in self._byte_id]
         return self.model.merge(symbols)
 
-    def _encode_text(self, text: str, at_start: bool) -> list[int]:
-        """Ids of a stretch of text that holds no raw added token."""
+    def _encode_text(self, text: str, at_start: bool, continued: bool = False) -> list[int]:
+        """Ids of a stretch of text that holds no raw added token (`continued`: it continues a sequence, so no
+        prefix space is prepended to it)."""
+        normalize = self._normalize_continued if continued else self._normalize
         if self._normalize is not None:
-            text = self._normalize(text)
+            text = normalize(text) if normalize is not None else text
             if self._normalized_matcher is not None:
                 out: list[int] = []
                 for segment in self._normalized_matcher.split(text):
@@ -223,19 +226,21 @@ class Tokenizer:
             pieces = [q for p in pieces for q in split(p)]
         return list(chain.from_iterable(map(self._cache.__getitem__, pieces)))
 
-    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        """Token ids of `text`; with `add_special_tokens` the post-processor's BOS/EOS are added."""
+    def encode(self, text: str, add_special_tokens: bool = True, continued: bool = False) -> list[int]:
+        """Token ids of `text`; with `add_special_tokens` the post-processor's BOS/EOS are added. `continued`:
+        the text continues a sequence (e.g. forced text appended after generated tokens), so it is encoded as
+        it would be there, without the prefix space SentencePiece-style tokenizers give a text's start."""
         if self._raw_matcher is None:
-            ids = self._encode_text(text, True) if text else []
+            ids = self._encode_text(text, not continued, continued) if text else []
         else:
             ids = []
-            at_start = True
+            first = True  # the text's start: only there does `continued` apply (after an added token, as usual)
             for segment in self._raw_matcher.split(text):
                 if isinstance(segment, int):
                     ids.append(segment)
                 elif segment:
-                    ids += self._encode_text(segment, at_start)
-                at_start = False
+                    ids += self._encode_text(segment, first and not continued, first and continued)
+                first = False
         if len(self._cache) > MAX_CACHE_ENTRIES:
             self._cache.clear()
         if add_special_tokens and (self.spec.prefix_ids or self.spec.suffix_ids):
