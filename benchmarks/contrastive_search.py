@@ -8,7 +8,7 @@ cell: one generate call of distinct prompts from an empty prefix cache, after an
 
     python benchmarks/contrastive_search.py --device cpu                 # the default model, batches 1 and 16
     python benchmarks/contrastive_search.py --device cuda --batches 1 16 # the same on the GPU
-    python benchmarks/contrastive_search.py --llama8b --input-len 512 --output-len 128  # Llama-3-8B shape, random weights
+    python benchmarks/contrastive_search.py --llama8b --input-len 512 --output-len 128  # 8B shape, random weights
 """
 
 from __future__ import annotations

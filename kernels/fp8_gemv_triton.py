@@ -20,7 +20,6 @@ bias is added once. Launch parameters depend on shapes only, so the matmul captu
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Literal
 
@@ -29,7 +28,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from radixgen.kernels.dequant_matmul_triton import _store_tile
+from radixgen.kernels.dequant_matmul_triton import _num_sms, _store_tile
 from radixgen.kernels.quant_weight import Fp8Weight
 
 VEC = 16  # e4m3 values per 16-byte load: the run along K each thread of the "fma" kernel reads and sums
@@ -120,11 +119,6 @@ def _fp8_gemv_mma_kernel(xq, xs, w, ws, out, partial, locks, bias, M, N, K, K_PE
     cols = tl.broadcast_to(offs_n[:, None], (BLOCK_N, BLOCK_M))
     _store_tile(acc * scale, idx, cols, mask_n[:, None] & mask_m[None, :], out, partial, locks, bias, pid_n, split,
                 SPLITS, M * N, HAS_BIAS)
-
-
-@functools.lru_cache(maxsize=8)
-def _num_sms(device: torch.device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
 
 
 def gemv_tiles(rows: int) -> GemvTiles:
