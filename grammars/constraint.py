@@ -31,17 +31,22 @@ class Constraint:
 
     kind: ConstraintKind
     source: str
+    # JSON Schema only: a schema without `type` is narrowed to the types its keywords govern (reported as a
+    # narrowing); False keeps every JSON type, each with the keywords that govern it (the exact language).
+    infer_types: bool = True
 
     def __post_init__(self) -> None:
         if self.kind not in CONSTRAINT_KINDS:
             raise GrammarError(f"constraint kind must be one of {CONSTRAINT_KINDS}, got {self.kind!r}")
+        if not self.infer_types and self.kind != "json_schema":
+            raise GrammarError(f"infer_types applies to a JSON Schema only, not to a {self.kind} constraint")
 
 
-def json_schema_constraint(schema: str | Mapping[str, object] | bool) -> Constraint:
+def json_schema_constraint(schema: str | Mapping[str, object] | bool, infer_types: bool = True) -> Constraint:
     """A JSON Schema constraint from the schema's JSON text, or its dict or boolean (written as compact JSON, keys
     in order)."""
     source = schema if isinstance(schema, str) else json.dumps(schema, separators=(",", ":"))
-    return Constraint("json_schema", source)
+    return Constraint("json_schema", source, infer_types)
 
 
 def compile_constraint(constraint: Constraint, vocab: Vocabulary) -> Grammar:
@@ -50,7 +55,7 @@ def compile_constraint(constraint: Constraint, vocab: Vocabulary) -> Grammar:
     if constraint.kind == "regex":
         return compile_regex(constraint.source, vocab)
     if constraint.kind == "json_schema":
-        return compile_json_schema(json.loads(constraint.source), vocab)
+        return compile_json_schema(json.loads(constraint.source), vocab, infer_types=constraint.infer_types)
     if constraint.kind == "ebnf":
         return compile_grammar(constraint.source, vocab, syntax="ebnf")
     return compile_grammar(constraint.source, vocab, syntax="lark")

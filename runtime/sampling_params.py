@@ -65,6 +65,8 @@ class SamplingParams:
     json_schema: str | dict[str, Any] | None = None
     ebnf: str | None = None
     grammar: str | None = None
+    # JSON Schema: False compiles the exact language (no type inferred from a schema's keywords; grammars docs)
+    json_schema_infer_types: bool = True
     no_stop_trim: bool = False
     # Regexes (Python `regex` syntax) matched against the output text; accepts str | list[str] | None.
     stop_regex: tuple[str, ...] = ()
@@ -144,7 +146,9 @@ class SamplingParams:
         for kind in CONSTRAINT_KINDS:
             value = getattr(self, kind)
             if value is not None:
-                return json_schema_constraint(value) if kind == "json_schema" else Constraint(kind, value)
+                if kind == "json_schema":
+                    return json_schema_constraint(value, self.json_schema_infer_types)
+                return Constraint(kind, value)
         return None
 
     @property
@@ -220,7 +224,8 @@ class SamplingParams:
         _check_float("repetition_penalty", self.repetition_penalty)
         if self.repetition_penalty <= 0:
             raise SamplingParamsError(f"repetition_penalty must be > 0 (1 = off), got {self.repetition_penalty}")
-        for name in ("ignore_eos", "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim"):
+        for name in ("ignore_eos", "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim",
+                     "json_schema_infer_types"):
             if not isinstance(getattr(self, name), bool):
                 raise SamplingParamsError(f"{name} must be a bool, got {getattr(self, name)!r}")
         if self.seed is not None:

@@ -436,3 +436,25 @@ def _loses_precision(text: str) -> bool:
     exact: list[Decimal] = []
     json.loads(text, parse_float=lambda t: exact.append(Decimal(t)) or 0.0)
     return any(Decimal(repr(float(d))) != d for d in exact)
+
+
+def test_the_exact_language_is_a_request_option(vocab: Vocabulary) -> None:
+    """`SamplingParams(json_schema_infer_types=False)` (native /generate and the OpenAI extension field of the
+    same name) compiles the exact language: a schema with only `required` then allows a string, as the
+    specification says; by default its type is inferred as object (and reported)."""
+    from radixgen.grammars.constraint import Constraint, compile_constraint
+    from radixgen.grammars.errors import GrammarError
+    from radixgen.runtime.sampling_params import SamplingParams, SamplingParamsError
+
+    schema = {"required": ["a"]}
+    inferred = compile_constraint(SamplingParams(json_schema=schema).constraint, vocab)
+    exact = compile_constraint(SamplingParams(json_schema=schema, json_schema_infer_types=False).constraint, vocab)
+    assert not accepts_text(inferred, '"x"') and accepts_text(exact, '"x"')
+    assert accepts_text(inferred, '{"a": 1}') and accepts_text(exact, '{"a": 1}')
+    assert not accepts_text(exact, '{"b": 1}')
+    assert any("inferred" in n for n in inferred.narrowings)
+    assert not any("inferred" in n for n in exact.narrowings)
+    with pytest.raises(SamplingParamsError, match="json_schema_infer_types"):
+        SamplingParams(json_schema=schema, json_schema_infer_types="no")
+    with pytest.raises(GrammarError, match="JSON Schema only"):
+        Constraint("regex", "a+", infer_types=False)

@@ -2,9 +2,9 @@
 
 Names follow OpenAI's API; radixgen/SGLang extras (`regex`, `ebnf`, `grammar`, `json_schema`, `top_k`,
 `min_p`, `min_tokens`, `repetition_penalty`, `penalty_alpha`, `ignore_eos`, `stop_token_ids`, `skip_special_tokens`,
-`no_stop_trim`, `rid`) are accepted as extra body fields, and so is beam search (vLLM's `use_beam_search`, with
-`length_penalty`, `early_stopping`, and radixgen's `num_beams`, `no_repeat_ngram_size`; `_beam_search` says how
-they combine). An unknown field is a 400, never silently dropped.
+`no_stop_trim`, `json_schema_infer_types`, `rid`) are accepted as extra body fields, and so is beam search (vLLM's
+`use_beam_search`, with `length_penalty`, `early_stopping`, and radixgen's `num_beams`, `no_repeat_ngram_size`;
+`_beam_search` says how they combine). An unknown field is a 400, never silently dropped.
 `response_format` maps to a constraint: `json_object` -> the JSON Schema `{"type": "object"}` (a JSON
 object, as OpenAI's JSON mode promises), `json_schema` -> its `schema` (always enforced, `strict` or not),
 `structural_tag` -> its grammar (grammars/structural_tag.py). Chat requests may declare `tools` (the tool-call
@@ -154,6 +154,7 @@ SAMPLING_READERS: dict[str, Reader] = {
     "early_stopping": _early_stopping,
     "no_repeat_ngram_size": _integer(low=0),
     "penalty_alpha": _number(0.0, 1.0),
+    "json_schema_infer_types": _boolean,
 }
 # Constraint fields in the order they are checked and named when several are given (JSON Schema last).
 _CONSTRAINT_ORDER = tuple(sorted(CONSTRAINT_KINDS, key=lambda kind: kind == "json_schema"))
