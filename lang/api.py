@@ -53,6 +53,7 @@ def gen(
     num_return_sequences: int | None = None,
     no_repeat_ngram_size: int | None = None,
     penalty_alpha: float | None = None,
+    json_schema_infer_types: bool = True,
 ) -> Expr:
     """Generate a span named `name`. With `choices` it is a `select`; at most one of regex / json_schema /
     grammar / dtype constrains the output. `n > 1` samples n answers after the same text: the variable holds
@@ -61,7 +62,8 @@ def gen(
     (transformers' `length_penalty`, `early_stopping`, `no_repeat_ngram_size`; temperature 0): the variable holds
     the best beam's text, or with `num_return_sequences` (or `n`) > 1 the list of the best beams, best first, the
     text continuing with the best. `penalty_alpha > 0` with `top_k > 1` runs a contrastive search (temperature
-    0 unless given). `logprob_start_len` and `return_text_in_logprobs`
+    0 unless given). `json_schema_infer_types=False` compiles `json_schema` as its exact language (no type
+    inferred for a schema without `type`). `logprob_start_len` and `return_text_in_logprobs`
     are accepted so that SGLang programs run unchanged; a gen's logprobs always start at its first generated
     token.
 
@@ -82,6 +84,8 @@ def gen(
                             ("dtype", dtype), ("tools", tools)) if v is not None]
     if len(given) > 1:
         raise ValueError(f"gen takes at most one of regex/json_schema/grammar/dtype/tools, got {given}")
+    if not json_schema_infer_types and json_schema is None:
+        raise ValueError("gen(json_schema_infer_types=False) applies to a json_schema constraint, and none is given")
     constraint: Constraint | None = None
     gen_tools: GenTools | None = None
     if tools is not None:
@@ -89,7 +93,7 @@ def gen(
     elif regex is not None:
         constraint = Constraint("regex", regex)
     elif json_schema is not None:
-        constraint = Constraint("json_schema", schema_text(json_schema))
+        constraint = Constraint("json_schema", schema_text(json_schema), infer_types=json_schema_infer_types)
     elif grammar is not None:
         constraint = grammar_constraint(grammar)
     elif dtype is not None:

@@ -77,6 +77,8 @@ class GenSpec:
                    if f.name in FIELD_NAMES and getattr(self, f.name) is not None}
         if self.constraint is not None:
             options[self.constraint.kind] = self.constraint.source
+            if not self.constraint.infer_types:
+                options["json_schema_infer_types"] = False
         return options
 
     def to_sampling_params(self) -> SamplingParams:

@@ -571,3 +571,15 @@ def test_global_config_default_backend_is_the_default_backend_and_image_refuses(
         sgl.global_config.enable_precache_with_tracing = True
     with pytest.raises(NotImplementedError, match="text-only"):
         sgl.image("example_image.png")
+
+
+def test_gen_json_schema_exact_language_reaches_every_backend():
+    """`gen(json_schema=..., json_schema_infer_types=False)`: the engine's SamplingParams and the HTTP backends'
+    sampling_params both carry it (a schema's type is then not inferred); without a json_schema it is refused."""
+    g = sgl.gen("x", json_schema={"required": ["a"]}, json_schema_infer_types=False)
+    sp = g.spec.to_sampling_params()
+    assert sp.json_schema_infer_types is False and sp.constraint is not None and not sp.constraint.infer_types
+    assert g.spec.sampling_params()["json_schema_infer_types"] is False
+    assert "json_schema_infer_types" not in sgl.gen("y", json_schema={"required": ["a"]}).spec.sampling_params()
+    with pytest.raises(ValueError, match="json_schema_infer_types"):
+        sgl.gen("z", regex="a+", json_schema_infer_types=False)
