@@ -1,7 +1,8 @@
 """Triton FP8 GEMV for a few rows: activations quantized per token (xq, xs) times an Fp8Weight.
 
-The twin of `quant_fp8.fp8_scaled_matmul_reference`. With few rows a matmul is a stream over the weight, and
-`torch._scaled_mm` does not reach the bandwidth that half of bf16's bytes allows. Here a program owns BLOCK_N
+Its twin is `quant_ref.quant_linear_reference` for an Fp8Weight, on x quantized the same way. With few rows a
+matmul is a stream over the weight, and `torch._scaled_mm` does not reach the bandwidth that half of bf16's
+bytes allows. Here a program owns BLOCK_N
 output channels and a slice of K (split-K, so a GEMV fills every SM; the last slice of a tile adds the fp32
 partial sums in a fixed order through `_store_tile`, so one launch does the matmul, bias included). Two kinds:
 
@@ -137,7 +138,7 @@ def split_k(n_tiles: int, k: int, tiles: GemvTiles, num_sms: int) -> tuple[int, 
 def fp8_gemv_triton(xq: Tensor, xs: Tensor, w: Fp8Weight, bias: Tensor | None, dtype: torch.dtype,
                     tiles: GemvTiles | None = None) -> Tensor:
     """xq [M, K] e4m3 (M <= MMA_ROWS; "fma" tiles: M = 1), xs float32 [M, 1] -> [M, N] in `dtype`, as
-    `fp8_scaled_matmul_reference`; `tiles` overrides the launch shape (for tuning)."""
+    `quant_ref.quant_linear_reference` on the x they quantize; `tiles` overrides the launch shape (for tuning)."""
     m, k = xq.shape
     n = w.shape[0]
     tiles = tiles or gemv_tiles(m)

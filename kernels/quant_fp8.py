@@ -2,8 +2,8 @@
 (`fp8_gemv_triton`) or `torch._scaled_mm` with row-wise scales.
 
 The twin of `quant_ref.quant_linear_reference` for an Fp8Weight: the same per-token quantization (one Triton
-kernel, `fp8_quant_triton`, the torch form where Triton does not import), then `fp8_scaled_matmul_reference`:
-the product accumulated in fp32 and scaled by xs[m] * ws[n].
+kernel, `fp8_quant_triton`, the torch form where Triton does not import), the product accumulated in fp32 and
+scaled by xs[m] * ws[n].
 Row-wise scaled FP8 matmuls need compute capability 8.9 (Ada) or newer; `fp8_unsupported_reason` says why a
 device cannot run them, for the loader to refuse early.
 """
@@ -33,19 +33,6 @@ def fp8_unsupported_reason(device: torch.device) -> str | None:
         return (f"FP8 linears need a GPU of compute capability >= 8.9 (Ada, Hopper or newer); {device} ({name}) "
                 f"has {major}.{minor}: use quantization='int4' or none")
     return None
-
-
-def fp8_scaled_matmul_reference(xq: Tensor, xs: Tensor, w: Fp8Weight, bias: Tensor | None,
-                                dtype: torch.dtype) -> Tensor:
-    """xq [M, K] e4m3, xs float32 [M, 1] -> [M, N] in `dtype`:
-
-        for m, n:  out[m, n] = sum_k xq[m, k] * w.weight[n, k]  (fp32; each product is exact)
-                   out[m, n] = out[m, n] * xs[m] * w.scale[n] (+ bias[n])
-    """
-    out = (xq.float() @ w.weight.float().t()) * xs.float() * w.scale.float().view(1, -1)
-    if bias is not None:
-        out = out + bias.float()
-    return out.to(dtype)
 
 
 @functools.lru_cache(maxsize=1)

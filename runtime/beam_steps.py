@@ -117,7 +117,7 @@ class BeamSearches:
         sizes = np.array([len(run.beams) for run in runs], dtype=np.int64)
         starts = np.cumsum(sizes) - sizes
         groups = [run.group for run in runs]
-        self._ban(logprobs, runs, ordered, starts, sizes)
+        self._ban(logprobs, runs, groups, ordered, starts, sizes)
         blocks = beam_candidates(logprobs, starts, sizes, groups)
         choices = [choose(groups, block, lambda g, b: runs[g].beams[b].output_ids) for block in blocks]
         at: list[tuple[BeamMoves, int, bool] | None] = [None] * len(runs)  # each search's moves, row, end
@@ -186,8 +186,8 @@ class BeamSearches:
                 if t not in eos and not beam.matcher.advance(t):
                     raise RuntimeError(f"beam of {root.rid}: its grammar refused its own token {t}")
 
-    def _ban(self, logprobs: torch.Tensor, runs: list[BeamRun], ordered: list[Req], starts: npt.NDArray[np.int64],
-             sizes: npt.NDArray[np.int64]) -> None:
+    def _ban(self, logprobs: torch.Tensor, runs: list[BeamRun], groups: list[BeamGroup], ordered: list[Req],
+             starts: npt.NDArray[np.int64], sizes: npt.NDArray[np.int64]) -> None:
         """-inf where a beam may not continue: its grammar, padding ids past the tokenizer, EOS before
         min_new_tokens, a repeated n-gram (as transformers' logits processors do, after the log-softmax)."""
         if self.token_count < logprobs.shape[1]:
@@ -195,7 +195,6 @@ class BeamSearches:
         mask, mask_rows = self.masks(ordered)
         if mask is not None:
             apply_grammar(logprobs, mask, mask_rows)
-        groups = [run.group for run in runs]
         rows, cols = eos_bans(groups, starts, sizes)
         for r, run in enumerate(runs):  # a rare option: its scan is per beam
             n = run.group.params.no_repeat_ngram_size
