@@ -1,15 +1,19 @@
-"""Triton FP8 GEMV for a few rows: activations quantized per token (xq, xs) times an Fp8Weight.
+"""Triton FP8 GEMV for a few rows: an Fp8Weight times activations quantized per token (xq, xs), or, for one row,
+times the activations as they are (weight-only: the CUDA cores need no FP8 operand, and the quantize launch before
+every matmul goes).
 
-Its twin is `quant_ref.quant_linear_reference` for an Fp8Weight, on x quantized the same way. With few rows a
+Its twin is `quant_ref.quant_linear_reference` for an Fp8Weight on x quantized the same way, and dequantize-then-
+matmul for the weight-only row. With few rows a
 matmul is a stream over the weight, and `torch._scaled_mm` does not reach the bandwidth that half of bf16's
 bytes allows. Here a program owns BLOCK_N
 output channels and a slice of K (split-K, so a GEMV fills every SM; the last slice of a tile adds the fp32
 partial sums in a fixed order through `_store_tile`, so one launch does the matmul, bias included). Two kinds:
 
 - "fma" (one row, on the CUDA cores): each step loads a [BLOCK_N, BLOCK_K] e4m3 tile as 16-byte vectors along
-  K, converts it to fp32 (a hardware conversion on Ada and Hopper) and multiplies it with xq; each thread sums
-  its 16 products in the step, threads' sums are added once at the end. Products of two e4m3 values are exact in
-  fp32, so only the order of the fp32 additions differs from the reference.
+  K, converts it to fp32 (a hardware conversion on Ada and Hopper) and multiplies it with x (e4m3 with its scale,
+  or fp32/bf16/fp16 unscaled); each thread sums its 16 products in the step, threads' sums are added once at the
+  end. Products of e4m3 by e4m3 or by a 16-bit float are exact in fp32 (by an fp32 value, rounded once), so only
+  the order of the fp32 additions differs from the reference.
 - "mma" (up to 16 rows, on the FP8 tensor cores, operands swapped): out.T tile [BLOCK_N, 16] = w tile @ xq.T,
   so the weight fills the instruction's 64-row side and the rows pad only its narrow side; the loads are
   pipelined over num_stages steps. Hopper's tensor cores add FP8 products with a narrowed mantissa, so each
@@ -59,11 +63,12 @@ GEMV_MMA_TILES = GemvTiles("mma", block_n=128, block_k=256, num_warps=8, program
 
 @triton.jit
 def _fp8_gemv1_kernel(xq, xs, w, ws, out, partial, locks, bias, N, K, K_PER_SPLIT, SPLITS, BLOCK_N: tl.constexpr,
-                      BLOCK_K: tl.constexpr, VEC: tl.constexpr, EVEN_K: tl.constexpr, HAS_BIAS: tl.constexpr):
-    """out[n] = sum_k xq[k] * w[n, k] * xs * ws[n] (+ bias[n]) over this program's channels and slice of K: the
-    step's tile as [BLOCK_N, BLOCK_K // VEC, VEC], its products summed over the VEC axis (within a thread),
-    acc[n, t] over the steps and summed over t at the end. BLOCK_K = 512 * num_warps keeps xq's [T, VEC] tile in
-    the weight tile's layout (16 values a thread), so no step exchanges values between threads."""
+                      BLOCK_K: tl.constexpr, VEC: tl.constexpr, EVEN_K: tl.constexpr, HAS_BIAS: tl.constexpr,
+                      X_SCALED: tl.constexpr):
+    """out[n] = sum_k xq[k] * w[n, k] * xs * ws[n] (+ bias[n]) over this program's channels and slice of K (xs = 1
+    unless X_SCALED): the step's tile as [BLOCK_N, BLOCK_K // VEC, VEC], its products summed over the VEC axis
+    (within a thread), acc[n, t] over the steps and summed over t at the end. BLOCK_K = 512 * num_warps keeps xq's
+    [T, VEC] tile in the weight tile's layout (16 values a thread), so no step exchanges values between threads."""
     pid_n, split = tl.program_id(1), tl.program_id(2)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     mask_n = offs_n < N
@@ -83,7 +88,9 @@ def _fp8_gemv1_kernel(xq, xs, w, ws, out, partial, locks, bias, N, K, K_PER_SPLI
                          eviction_policy="evict_first")
             xt = tl.load(xq + k, mask=k < k_end, other=0.0)
         acc += tl.sum(wt.to(tl.float32) * xt.to(tl.float32)[None, :, :], axis=2)
-    scale = tl.load(ws + offs_n, mask=mask_n, other=0.0) * tl.load(xs)
+    scale = tl.load(ws + offs_n, mask=mask_n, other=0.0)
+    if X_SCALED:
+        scale = scale * tl.load(xs)
     _store_tile(tl.sum(acc, axis=1) * scale, offs_n.to(tl.int64), offs_n, mask_n, out, partial, locks, bias, pid_n,
                 split, SPLITS, N, HAS_BIAS)
 
@@ -135,16 +142,22 @@ def split_k(n_tiles: int, k: int, tiles: GemvTiles, num_sms: int) -> tuple[int, 
     return triton.cdiv(k, k_per_split), k_per_split
 
 
-def fp8_gemv_triton(xq: Tensor, xs: Tensor, w: Fp8Weight, bias: Tensor | None, dtype: torch.dtype,
+def fp8_gemv_triton(xq: Tensor, xs: Tensor | None, w: Fp8Weight, bias: Tensor | None, dtype: torch.dtype,
                     tiles: GemvTiles | None = None) -> Tensor:
     """xq [M, K] e4m3 (M <= MMA_ROWS; "fma" tiles: M = 1), xs float32 [M, 1] -> [M, N] in `dtype`, as
-    `quant_ref.quant_linear_reference` on the x they quantize; `tiles` overrides the launch shape (for tuning)."""
+    `quant_ref.quant_linear_reference` on the x they quantize; with xs None ("fma" tiles only) xq is one row of
+    unquantized activations (fp32, bf16 or fp16) and the product is x @ dequantize(w).T. `tiles` overrides the
+    launch shape (for tuning)."""
     m, k = xq.shape
     n = w.shape[0]
     tiles = tiles or gemv_tiles(m)
     if m > (1 if tiles.kind == "fma" else MMA_ROWS) or w.weight.stride() != (k, 1):
         raise ValueError(f"fp8_gemv_triton: {m} rows for {tiles.kind} tiles, weight strides {w.weight.stride()}")
-    xq, xs = xq.contiguous(), xs.contiguous()
+    if xs is None and tiles.kind != "fma":
+        raise ValueError("fp8_gemv_triton: unquantized activations (xs None) need the one-row fma tiles")
+    scaled = xs is not None
+    xq = xq.contiguous()
+    xs = xs.contiguous() if xs is not None else xq  # unread when X_SCALED is off
     n_tiles = triton.cdiv(n, tiles.block_n)
     splits, k_per_split = split_k(n_tiles, k, tiles, _num_sms(xq.device))
     locks = w.locks
@@ -160,7 +173,7 @@ def fp8_gemv_triton(xq: Tensor, xs: Tensor, w: Fp8Weight, bias: Tensor | None, d
     if tiles.kind == "fma":
         _fp8_gemv1_kernel[grid](xq, xs, w.weight, w.scale, out, partial, locks, b, n, k, k_per_split, splits,
                                 BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k, VEC=VEC, EVEN_K=even_k,
-                                HAS_BIAS=bias is not None, num_warps=tiles.num_warps)
+                                HAS_BIAS=bias is not None, X_SCALED=scaled, num_warps=tiles.num_warps)
     else:
         _fp8_gemv_mma_kernel[grid](xq, xs, w.weight, w.scale, out, partial, locks, b, m, n, k, k_per_split, splits,
                                    BLOCK_M=MMA_ROWS, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,

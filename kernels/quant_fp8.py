@@ -1,9 +1,10 @@
-"""FP8 (e4m3) linears on CUDA: activations quantized per token, then a Triton GEMV for a few rows
-(`fp8_gemv_triton`) or `torch._scaled_mm` with row-wise scales.
+"""FP8 (e4m3) linears on CUDA: one row through the Triton GEMV on the activations as they are (weight-only); more
+rows with activations quantized per token, then the Triton GEMV below GEMV_ROWS_BELOW rows (`fp8_gemv_triton`) or
+`torch._scaled_mm` with row-wise scales.
 
-The twin of `quant_ref.quant_linear_reference` for an Fp8Weight: the same per-token quantization (one Triton
-kernel, `fp8_quant_triton`, the torch form where Triton does not import), the product accumulated in fp32 and
-scaled by xs[m] * ws[n].
+From two rows on, the twin of `quant_ref.quant_linear_reference` for an Fp8Weight: the same per-token
+quantization (one Triton kernel, `fp8_quant_triton`, the torch form where Triton does not import), the product
+accumulated in fp32 and scaled by xs[m] * ws[n]; one row's twin is dequantize-then-matmul.
 Row-wise scaled FP8 matmuls need compute capability 8.9 (Ada) or newer; `fp8_unsupported_reason` says why a
 device cannot run them, for the loader to refuse early.
 """
@@ -62,11 +63,16 @@ def fp8_cuda_runs(rows: int, w: Fp8Weight) -> bool:
 
 def fp8_linear_cuda(x: Tensor, w: Fp8Weight, bias: Tensor | None = None) -> Tensor:
     """x @ dequantize(w).T (+ bias) in x's dtype: the Triton GEMV for fewer than GEMV_ROWS_BELOW rows, else the
-    FP8 tensor cores through `torch._scaled_mm` (see `fp8_cuda_runs`)."""
+    FP8 tensor cores through `torch._scaled_mm` (see `fp8_cuda_runs`). One row skips the activation quantization
+    (the one-row GEMV multiplies on the CUDA cores, where x needs no FP8 form): decode at batch 1 saves a launch
+    per matmul and is closer to the unquantized model than the reference's quantized row."""
     n, k = w.shape
     lead = x.shape[:-1]
-    xq, xs = _per_token()(x.reshape(-1, k))
     gemv = _gemv()
+    x2 = x.reshape(-1, k)
+    if x2.shape[0] == 1 and gemv is not None:
+        return gemv(x2, None, w, bias, x.dtype).reshape(*lead, n)
+    xq, xs = _per_token()(x2)
     if xq.shape[0] < GEMV_ROWS_BELOW and gemv is not None:
         return gemv(xq, xs, w, bias, x.dtype).reshape(*lead, n)
     # row-wise scaling writes bf16; mat2 must be column-major, which the [N, K] weight's transpose is

@@ -129,6 +129,12 @@ class EngineCore:
         # the current step's start, output tokens so far, and (batch size, drafted) if it only decodes
         self._period: tuple[float, int, tuple[int, bool] | None] | None = None
         self._drafting = False  # the policy asked this step to draft (whether or not any draft was found)
+        # the longest row (tokens) a jump taken while delivering the current step gives the next step; 1: none yet
+        self._jump_row_tokens = 1
+        # jumps declined while delivering the current step because one alone did not pay: (request, whether a
+        # launched step computes its token); taken together at the end of the delivery if together they pay
+        self._deferred_jumps: list[tuple[Req, bool, int]] = []
+        self._jump_declined = 0  # the most tokens a declined jump of the request being delivered would save
         self.on_step: Callable[[ScheduleBatch], None] | None = None  # test hook
 
     # ------------------------------------------------------------ thread API
@@ -489,6 +495,8 @@ class EngineCore:
             return frozenset()
         launched = frozenset(it.req.rid for it in successor.items) if successor is not None else frozenset()
         jumped: set[str] = set()
+        self._jump_row_tokens = 1
+        self._deferred_jumps = []
         for j, req in enumerate(sampled.reqs):
             if req.rid in sampled.stale:
                 continue
@@ -499,7 +507,55 @@ class EngineCore:
             except Exception as exc:  # one failing request never takes its batch down
                 log.exception("request %s failed", req.rid)
                 self._finish(req, AbortFinish(f"{type(exc).__name__}: {exc}"))
+        if self._deferred_jumps:
+            jumped |= self._take_deferred_jumps()
         return frozenset(jumped & launched)
+
+    def _take_deferred_jumps(self) -> set[str]:
+        """The jumps declined one by one while delivering this step, taken together when the tokens they save
+        pay for the step they make (`_jump_pays`' rule over their sum); returns the requests that jumped."""
+        pending, self._deferred_jumps = self._deferred_jumps, []
+        most = self.runner.max_graph_row_tokens  # None: no graphs, rows of any length
+        row = max(self._jump_row_tokens, max(saved + 1 if most is None else min(saved + 1, most)
+                                             for _, _, saved in pending))
+        if not self._jump_pays(sum(saved for _, _, saved in pending), row):
+            return set()
+        self._jump_row_tokens = row  # the step is paid for: rows up to it are free
+        taken: set[str] = set()
+        for req, computed, _ in pending:
+            if req.state is not ReqState.RUNNING:
+                continue
+            try:
+                t0 = time.perf_counter()
+                ids = self._jump_after(req, computed)
+                self.counters.grammar_seconds += time.perf_counter() - t0
+                if ids:
+                    if req.return_logprob:  # forced, not sampled: no logprob
+                        req.output_token_logprobs.extend((None, t) for t in ids)
+                        if req.top_logprobs_num:
+                            req.output_top_logprobs.extend(None for _ in ids)
+                    self._append(req, ids)
+                    taken.add(req.rid)
+            except Exception as exc:  # one failing request never takes its batch down
+                log.exception("request %s failed", req.rid)
+                self._finish(req, AbortFinish(f"{type(exc).__name__}: {exc}"))
+        return taken
+
+    def _jump_after(self, req: Req, computed: bool) -> list[int]:
+        """The forced chain after the request's last token (already appended), advanced through its matcher: the
+        forced text as the tokenizer tokenizes it after a token, then markers and their text (`_count_jump`).
+        `computed`: a launched step computes that last token, so it is not in the next step's row."""
+        m = req.matcher
+        assert m is not None, "only a constrained request jumps forward"
+        try:
+            text = whole_utf8_prefix(m.forced_suffix()).decode("utf-8")
+        except UnicodeDecodeError:
+            return []
+        budget = req.output_budget(self.max_context)
+        ids = self.tokenizer.encode(text, add_special_tokens=False, continued=True)[:budget] if text else []
+        ids = self._fit_row(ids, int(computed) - 1)
+        last = req.output_ids[-1]
+        return self._count_jump(req, [last] + ids[: self._advance_all(m, ids)], int(computed))[1:]
 
     def _deliver_verified(self, sampled: SampledStep, tokens: list[int], logprobs: list[float] | None,
                           tops: list[list[tuple[float, int]]] | None) -> None:
@@ -768,7 +824,10 @@ class EngineCore:
         new_ids = list(tokens)
         if matcher is not None and len(tokens) == 1 and self.spec_policy is None:
             t0 = time.perf_counter()
+            self._jump_declined = 0
             new_ids = self._jump_forward(req, token, computed)
+            if len(new_ids) == 1 and self._jump_declined and req.thinking_close_ids is None:
+                self._deferred_jumps.append((req, computed, self._jump_declined))
             if computed and new_ids[0] != token:
                 self.scheduler.rewind(req, req.kv_len - 1)  # that step computed the replaced token
             if req.return_logprob:  # re-tokenized or forced tokens were not sampled: no logprob
@@ -836,7 +895,8 @@ class EngineCore:
             if m.forced_token() is None or not self._jump_pays(1, 2):
                 return [token]
             return self._count_jump(req, [token], int(computed))
-        if not self._jump_pays(len(forced), 2):  # a byte is a token at most: no need to tokenize
+        # a byte is a token at most: no need to tokenize (declined, it counts as ~3 bytes a token)
+        if not self._jump_pays(len(forced), 2, declined_saves=-(-len(forced) // 3)):
             return [token]
         budget = req.output_budget(self.max_context)  # the sampled token counts against it too
         try:
@@ -878,16 +938,28 @@ class EngineCore:
         most = self.runner.max_graph_row_tokens
         return ids if most is None else ids[: max(most + outside, 0)]
 
-    def _jump_pays(self, saved_steps: int, row_tokens: int) -> bool:
-        """Is one step appending the forced tokens (rows of up to `row_tokens` tokens) cheaper than the
-        `saved_steps` decode steps they would take? That step replays a multi-token graph or, when none takes
-        it, runs eagerly (every running request pays), unless it is eager anyway (requests are waiting to be
-        admitted: their prefill runs with it)."""
+    def _jump_pays(self, saved_steps: int, row_tokens: int, declined_saves: int | None = None) -> bool:
+        """Does appending the forced tokens in one step (a row of `row_tokens` tokens) raise throughput? The next
+        step replays a multi-token graph or, when none takes it, runs eagerly, and every running request pays
+        for it: with B running, a step costing c decode steps' time pays when the tokens it adds beyond one per
+        request make up for it, saved >= B * (c - 1), c counted beyond what the jumps already taken while
+        delivering this step cost (`_jump_row_tokens`: a row no longer than theirs is free). Always, when the
+        step is eager anyway (requests are waiting to be admitted: their prefill runs with it). A declined jump
+        is remembered with the tokens it would save (`declined_saves` where `saved_steps` is only a bound), so
+        that jumps which do not pay alone are taken together at the end of the delivery when their sum does."""
         if saved_steps < 1:
             return False
-        if self.scheduler.waiting and len(self.scheduler.running) < self.config.max_running_requests:
+        running = len(self.scheduler.running)
+        if self.scheduler.waiting and running < self.config.max_running_requests:
             return True
-        return saved_steps >= self.runner.step_cost(len(self.scheduler.running), row_tokens)
+        planned = self._jump_row_tokens
+        before = self.runner.step_cost(running, planned) if planned > 1 else 1.0
+        cost = self.runner.step_cost(running, max(planned, row_tokens))
+        if saved_steps >= max(running, 1) * (cost - before):
+            return True
+        # declined: `_take_deferred_jumps` weighs it again with the others declined for this step
+        self._jump_declined = max(self._jump_declined, saved_steps if declined_saves is None else declined_saves)
+        return False
 
     @staticmethod
     def _advance_all(matcher: GrammarMatcher, ids: list[int]) -> int:
@@ -919,6 +991,7 @@ class EngineCore:
                 ids += more[:taken]
         req.decode_steps_saved += len(ids) - 1
         self.counters.jump_forward_tokens += len(ids) - 1
+        self._jump_row_tokens = max(self._jump_row_tokens, len(ids) - outside)
         return ids
 
     def _text_after(self, m: GrammarMatcher, marker: int) -> list[int]:

@@ -16,7 +16,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from radixgen.kernels import Fp8Weight, GGUFWeight, Int4Weight, QuantizedWeight, pack_int4, quant_linear_reference
+from radixgen.kernels import (
+    Fp8Weight,
+    GGUFWeight,
+    Int4Weight,
+    QuantizedWeight,
+    dequantize_weight,
+    pack_int4,
+    quant_linear_reference,
+)
 from radixgen.kernels.gguf_ref import Q4_0, Q4_1, Q4_K, Q6_K, Q8_0
 from radixgen.kernels.quant_ref import quantize_fp8_per_token
 from radixgen.runtime.quant.gguf_blocks import QUANTIZABLE_TYPES, quantize_blocks
@@ -29,7 +37,8 @@ FP8_QUANT_TOLERANCE = {"cpu": 0.2, "cuda": 0.02}
 @dataclass(frozen=True)
 class Case:
     kind: str  # "int4" (zero points), "int4-mins" (group minimums), a GGUF type name, "fp8" (the FP8 GEMV's
-    # tiles for the rows) or "fp8-mma" (its tensor-core tiles at any row count)
+    # tiles for the rows), "fp8-mma" (its tensor-core tiles at any row count) or "fp8-wo" (one row, weight-only:
+    # x as it is)
     rows: int  # M
     n: int
     k: int
@@ -58,6 +67,8 @@ def cases(size: str) -> list[Case]:
         out += [Case("fp8", 1, 40, 1200), Case("fp8", 1, 24, 8192), Case("fp8", 5, 72, 300),
                 Case("fp8-mma", 1, 40, 2048)]
         out += [Case("fp8", m, 72, 1024, dtype=dt, bias=True) for m in (1, 4) for dt in ("float16", "bfloat16")]
+        out += [Case("fp8-wo", 1, n, k) for n, k in ((40, 256), (40, 1200), (24, 8192))]
+        out += [Case("fp8-wo", 1, 72, 1024, dtype=dt, bias=True) for dt in ("float16", "bfloat16")]
         return out
     shapes = ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336))
     out = [Case("int4", m, n, k, 128, act, "bfloat16") for m in (1, 16, 64, 256) for n, k in shapes
@@ -67,6 +78,7 @@ def cases(size: str) -> list[Case]:
             for n, k in shapes[:2]]
     out += [Case("fp8", m, n, k, dtype="bfloat16") for m in (1, 4, 15) for n, k in shapes]
     out += [Case("fp8-mma", 1, n, k, dtype="bfloat16") for n, k in shapes]
+    out += [Case("fp8-wo", 1, n, k, dtype="bfloat16") for n, k in shapes]
     out += [Case("fp8", m, 6144, 4096, dtype="bfloat16", bias=True) for m in (1, 4)]
     return out
 
@@ -123,6 +135,8 @@ def _fp8_gemv(case: Case) -> Callable[[Tensor, QuantizedWeight, Tensor | None], 
 
     def gemv(x: Tensor, w: QuantizedWeight, bias: Tensor | None) -> Tensor:
         assert isinstance(w, Fp8Weight)
+        if case.kind == "fp8-wo":
+            return fp8_gemv_triton(x, None, w, bias, x.dtype)
         xq, xs = quantize_fp8_per_token(x)
         return fp8_gemv_triton(xq, xs, w, bias, x.dtype, GEMV_MMA_TILES if case.kind == "fp8-mma" else None)
 
@@ -145,7 +159,11 @@ def run_case(case: Case, device: torch.device, seed: int) -> float:
     out = matmul(x, w, bias)
     if not torch.equal(out, matmul(x, w, bias)):  # a second call: the split-K counters were reset
         return float("inf")
-    ref = quant_linear_reference(x.float(), w, None if bias is None else bias.float()).double()
+    ref_bias = None if bias is None else bias.float()
+    if case.kind == "fp8-wo":  # weight-only: dequantize, then multiply
+        ref = torch.nn.functional.linear(x.float(), dequantize_weight(w), ref_bias).double()
+    else:
+        ref = quant_linear_reference(x.float(), w, ref_bias).double()
     err = ((out.double() - ref).norm() / ref.norm()).item()
     return err if bool(out.isfinite().all()) else float("inf")
 

@@ -131,8 +131,9 @@ def test_stacked_weight_concatenates_its_parts() -> None:
 @pytest.mark.parametrize("rows", [1, 4, 7, 15, 16, 64, 300])
 @pytest.mark.parametrize("shape", [(512, 1024), (40, 300)], ids=lambda s: f"{s[0]}x{s[1]}")
 def test_fp8_linear_matches_reference_on_cuda(rows: int, shape: tuple[int, int]) -> None:
-    """Through `kernels.linear` as the model calls it: the Triton quantization, then the GEMV (fewer than 16
-    rows), `_scaled_mm` or, for a shape it cannot take, the reference; with a bias and a leading batch dim."""
+    """Through `kernels.linear` as the model calls it: one row weight-only through the GEMV, else the Triton
+    quantization, then the GEMV (fewer than 16 rows), `_scaled_mm` or, for a shape it cannot take, the reference;
+    with a bias and a leading batch dim."""
     if kernels.fp8_unsupported_reason(torch.device("cuda")) is not None:
         pytest.skip("this GPU has no FP8 tensor cores")
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -144,7 +145,9 @@ def test_fp8_linear_matches_reference_on_cuda(rows: int, shape: tuple[int, int])
     for b in (None, bias):
         out = kernels.linear(x, q, b).float()
         assert out.shape == (1, rows, n)
-        ref = quant_linear_reference(x.float(), q, None if b is None else b.float())
+        ref_bias = None if b is None else b.float()
+        ref = (F.linear(x.float(), dequantize_weight(q), ref_bias) if rows == 1
+               else quant_linear_reference(x.float(), q, ref_bias))
         assert ((out - ref).norm() / ref.norm()).item() < 1e-2
 
 

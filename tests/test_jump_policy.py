@@ -1,0 +1,84 @@
+"""The jump-forward policy weighs a jump against the whole batch (runtime/engine_core.py `_jump_pays`): the step
+that appends forced tokens costs every running request, so with B running and a step of c decode steps' time a
+jump pays when it saves at least B * (c - 1) tokens; rows no longer than a jump already taken for that step are
+free. Outputs stay those of decoding without jump-forward either way (a character-level vocabulary)."""
+
+from __future__ import annotations
+
+import pytest
+from test_jump_forward_markers import CHAIN, _generate, char_engine  # noqa: F401  (the fixture)
+
+
+def _cost(self, bs: int, rows: int, every_token: bool = False) -> float:
+    return 1.0 if rows <= 1 else 1.0 + 0.25 * rows  # rows of 4 tokens: 2 decode steps, of 8: 3
+
+
+@pytest.fixture
+def core(char_engine, monkeypatch):  # noqa: F811
+    engine, _ = char_engine
+    core = engine.core
+    monkeypatch.setattr(type(core.runner), "step_cost", _cost)
+    monkeypatch.setattr(core.scheduler, "waiting", type(core.scheduler.waiting)())
+    monkeypatch.setattr(core, "_jump_row_tokens", 1)
+    return core
+
+
+def test_a_jump_pays_for_the_whole_batch(core, monkeypatch):
+    monkeypatch.setattr(core.scheduler, "running", [object()] * 8)
+    assert not core._jump_pays(7, 4) and core._jump_pays(8, 4)  # 8 requests x (2 - 1) steps
+    assert not core._jump_pays(0, 1)
+
+
+def test_rows_within_a_jump_already_taken_are_free(core, monkeypatch):
+    monkeypatch.setattr(core.scheduler, "running", [object()] * 8)
+    monkeypatch.setattr(core, "_jump_row_tokens", 4)
+    assert core._jump_pays(1, 3) and core._jump_pays(1, 4)
+    assert not core._jump_pays(7, 8) and core._jump_pays(8, 8)  # 8 rows: 3 steps' time, 1 more than 4 rows
+
+
+def test_one_request_pays_for_itself(core, monkeypatch):
+    monkeypatch.setattr(core.scheduler, "running", [object()])
+    assert core._jump_pays(1, 4) and not core._jump_pays(1, 8) and core._jump_pays(2, 8)
+
+
+def test_a_batch_too_dear_to_jump_decodes_the_same_tokens(char_engine, monkeypatch):  # noqa: F811
+    """Eight requests and multi-token steps of 100 decode steps' time: no jump is taken, and the outputs equal
+    those without jump-forward; with one request at that price the long forced runs still are not taken either."""
+    engine, _ = char_engine
+    monkeypatch.setattr(type(engine.core.runner), "step_cost",
+                        lambda self, bs, rows, every_token=False: 1.0 if rows <= 1 else 100.0)
+    params = {"ebnf": CHAIN, "temperature": 0, "max_new_tokens": 60}
+    prompts = [f"go {i}: " for i in range(8)]
+    monkeypatch.setattr(engine.core.config, "enable_jump_forward", True)
+    jumped = engine.generate(prompts, params)
+    monkeypatch.setattr(engine.core.config, "enable_jump_forward", False)
+    stepped = engine.generate(prompts, params)
+    assert [o["output_ids"] for o in jumped] == [o["output_ids"] for o in stepped]
+    assert all(o["meta_info"]["decode_steps_saved"] == 0 for o in jumped)
+    assert _generate(engine, monkeypatch, params, jump=True)["meta_info"]["decode_steps_saved"] == 0
+
+
+def test_jumps_that_pay_only_together_are_taken_together(char_engine, monkeypatch):  # noqa: F811
+    """Eight requests in step through the same grammar: one jump alone saves fewer tokens than the step costs the
+    batch (8 x (c - 1)), so each is declined while the step is delivered; their sum pays, so all are taken at the
+    end of the delivery. Outputs equal decoding without jump-forward."""
+    engine, _ = char_engine
+    monkeypatch.setattr(type(engine.core.runner), "step_cost",
+                        lambda self, bs, rows, every_token=False: 1.0 if rows <= 1 else 1.0 + 0.25 * rows)
+    declined: list[int] = []
+    take = engine.core._take_deferred_jumps
+
+    def spy():
+        declined.append(len(engine.core._deferred_jumps))
+        return take()
+
+    monkeypatch.setattr(engine.core, "_take_deferred_jumps", spy)
+    params = {"ebnf": CHAIN, "temperature": 0, "max_new_tokens": 60}
+    prompts = [f"go {i}: " for i in range(8)]
+    monkeypatch.setattr(engine.core.config, "enable_jump_forward", True)
+    jumped = engine.generate(prompts, params)
+    monkeypatch.setattr(engine.core.config, "enable_jump_forward", False)
+    stepped = engine.generate(prompts, params)
+    assert [o["output_ids"] for o in jumped] == [o["output_ids"] for o in stepped]
+    assert declined and max(declined) > 1
+    assert all(o["meta_info"]["decode_steps_saved"] > 0 for o in jumped)
