@@ -6,6 +6,7 @@ through `submit` / `abort` / `call` (a thread-safe inbox), and receive chunks th
 
 from __future__ import annotations
 
+import collections
 import logging
 import queue
 import threading
@@ -58,6 +59,7 @@ if TYPE_CHECKING:
     from radixgen.tokenizer import Tokenizer
 
 T = TypeVar("T")
+FORCED_IDS_CACHED = 4096  # forced texts whose token ids the engine keeps (`_encode_forced`)
 
 log = logging.getLogger("radixgen.engine")
 
@@ -135,6 +137,7 @@ class EngineCore:
         # launched step computes its token); taken together at the end of the delivery if together they pay
         self._deferred_jumps: list[tuple[Req, bool, int]] = []
         self._jump_declined = 0  # the most tokens a declined jump of the request being delivered would save
+        self._forced_ids: collections.OrderedDict[tuple[str, bool], list[int]] = collections.OrderedDict()
         self.on_step: Callable[[ScheduleBatch], None] | None = None  # test hook
 
     # ------------------------------------------------------------ thread API
@@ -552,7 +555,7 @@ class EngineCore:
         except UnicodeDecodeError:
             return []
         budget = req.output_budget(self.max_context)
-        ids = self.tokenizer.encode(text, add_special_tokens=False, continued=True)[:budget] if text else []
+        ids = self._encode_forced(text)[:budget] if text else []
         ids = self._fit_row(ids, int(computed) - 1)
         last = req.output_ids[-1]
         return self._count_jump(req, [last] + ids[: self._advance_all(m, ids)], int(computed))[1:]
@@ -904,7 +907,7 @@ class EngineCore:
         except UnicodeDecodeError:  # the sampled token ends inside a character: keep it, jump after it
             joint = None
         if joint is not None:
-            ids = self.tokenizer.encode(joint, add_special_tokens=False, continued=True)[:budget]
+            ids = self._encode_forced(joint)[:budget]
             replaced = bool(ids) and ids[0] != token
             kept = int(computed and not replaced)  # the first id is the token a launched step computes
             ids = self._fit_row(ids, kept)
@@ -926,11 +929,26 @@ class EngineCore:
         except UnicodeDecodeError:  # starts inside a character the sampled token began: no jump this step
             return [token]
         # The row holds the sampled token too unless a launched step computes it.
-        ids = self._fit_row(self.tokenizer.encode(text, add_special_tokens=False, continued=True)[: budget - 1],
+        ids = self._fit_row(self._encode_forced(text)[: budget - 1],
                             int(computed) - 1)
         if not self._jump_pays(len(ids), len(ids) + 1 - int(computed)):
             return [token]
         return self._count_jump(req, [token] + ids[: self._advance_all(m, ids)], int(computed))
+
+    def _encode_forced(self, text: str, continued: bool = True) -> list[int]:
+        """Forced text's token ids (`Tokenizer.encode` without special tokens; `continued`: after other tokens), a
+        fresh list, from a bounded cache: requests through one schema meet the same keys and closings at every
+        step, and tokenizing them again was most of a jump check's cost at large batches."""
+        key = (text, continued)
+        ids = self._forced_ids.get(key)
+        if ids is None:
+            ids = self.tokenizer.encode(text, add_special_tokens=False, continued=continued)
+            self._forced_ids[key] = ids
+            if len(self._forced_ids) > FORCED_IDS_CACHED:
+                self._forced_ids.popitem(last=False)
+        else:
+            self._forced_ids.move_to_end(key)
+        return list(ids)
 
     def _fit_row(self, ids: list[int], outside: int) -> list[int]:
         """`ids` cut so that their step's row, which holds `len(ids) - outside` tokens, fits the multi-token CUDA
@@ -1006,8 +1024,8 @@ class EngineCore:
         if not text:
             return []
         spelled = self.tokenizer.token_bytes(marker).decode("utf-8", "replace")
-        ids = self.tokenizer.encode(spelled + text, add_special_tokens=False)
-        return ids[1:] if ids[:1] == [marker] else self.tokenizer.encode(text, add_special_tokens=False)
+        ids = self._encode_forced(spelled + text, continued=False)
+        return ids[1:] if ids[:1] == [marker] else self._encode_forced(text, continued=False)
 
     def _append(self, req: Req, ids: list[int]) -> None:
         """Record new output tokens, check stop conditions, stream the text delta, finish if done.
