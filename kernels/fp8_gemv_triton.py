@@ -55,9 +55,12 @@ class GemvTiles:
 
 
 # Launch shapes picked on the H200 by timing variants of each kernel over the Llama-3-8B linears (CUDA graphs,
-# weights not in L2; docs/benchmarks.md): one row streams 2 KiB of each of 4 channels per step with 4 warps;
-# 2-15 rows take 128 x 256 weight bytes a stage, 3 stages, 8 warps.
+# weights not in L2; docs/benchmarks.md): one row streams 2 KiB of each of 4 channels per step with 4 warps, or,
+# for many channels over a short K (qkv, gate_up), 1 KiB with 2 warps in more programs; 2-15 rows take
+# 128 x 256 weight bytes a stage, 3 stages, 8 warps.
 GEMV1_TILES = GemvTiles("fma", block_n=4, block_k=2048, num_warps=4, programs_per_sm=8)
+GEMV1_WIDE_TILES = GemvTiles("fma", block_n=4, block_k=1024, num_warps=2, programs_per_sm=4)
+WIDE_N, SHORT_K = 6144, 4096  # one row takes GEMV1_WIDE_TILES from N >= WIDE_N channels over K <= SHORT_K
 GEMV_MMA_TILES = GemvTiles("mma", block_n=128, block_k=256, num_warps=8, programs_per_sm=2, num_stages=3)
 
 
@@ -129,9 +132,11 @@ def _fp8_gemv_mma_kernel(xq, xs, w, ws, out, partial, locks, bias, M, N, K, K_PE
                 SPLITS, M * N, HAS_BIAS)
 
 
-def gemv_tiles(rows: int) -> GemvTiles:
-    """The launch shape for a GEMV over `rows` (1 .. MMA_ROWS) rows."""
-    return GEMV1_TILES if rows <= 1 else GEMV_MMA_TILES
+def gemv_tiles(rows: int, n: int, k: int) -> GemvTiles:
+    """The launch shape for a GEMV over `rows` (1 .. MMA_ROWS) rows of an [n, k] weight."""
+    if rows > 1:
+        return GEMV_MMA_TILES
+    return GEMV1_WIDE_TILES if n >= WIDE_N and k <= SHORT_K else GEMV1_TILES
 
 
 def split_k(n_tiles: int, k: int, tiles: GemvTiles, num_sms: int) -> tuple[int, int]:
@@ -150,7 +155,7 @@ def fp8_gemv_triton(xq: Tensor, xs: Tensor | None, w: Fp8Weight, bias: Tensor | 
     launch shape (for tuning)."""
     m, k = xq.shape
     n = w.shape[0]
-    tiles = tiles or gemv_tiles(m)
+    tiles = tiles or gemv_tiles(m, n, k)
     if m > (1 if tiles.kind == "fma" else MMA_ROWS) or w.weight.stride() != (k, 1):
         raise ValueError(f"fp8_gemv_triton: {m} rows for {tiles.kind} tiles, weight strides {w.weight.stride()}")
     if xs is None and tiles.kind != "fma":
@@ -183,4 +188,5 @@ def fp8_gemv_triton(xq: Tensor, xs: Tensor | None, w: Fp8Weight, bias: Tensor | 
     return out
 
 
-__all__ = ["GEMV1_TILES", "GEMV_MMA_TILES", "MMA_ROWS", "GemvTiles", "fp8_gemv_triton", "gemv_tiles", "split_k"]
+__all__ = ["GEMV1_TILES", "GEMV1_WIDE_TILES", "GEMV_MMA_TILES", "MMA_ROWS", "GemvTiles", "fp8_gemv_triton",
+           "gemv_tiles", "split_k"]

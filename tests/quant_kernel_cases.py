@@ -37,8 +37,8 @@ FP8_QUANT_TOLERANCE = {"cpu": 0.2, "cuda": 0.02}
 @dataclass(frozen=True)
 class Case:
     kind: str  # "int4" (zero points), "int4-mins" (group minimums), a GGUF type name, "fp8" (the FP8 GEMV's
-    # tiles for the rows), "fp8-mma" (its tensor-core tiles at any row count) or "fp8-wo" (one row, weight-only:
-    # x as it is)
+    # tiles for the rows), "fp8-mma" (its tensor-core tiles at any row count), "fp8-wo" (one row, weight-only:
+    # x as it is) or "fp8-wide" (the same with the one-row tiles for many channels over a short K)
     rows: int  # M
     n: int
     k: int
@@ -68,6 +68,7 @@ def cases(size: str) -> list[Case]:
                 Case("fp8-mma", 1, 40, 2048)]
         out += [Case("fp8", m, 72, 1024, dtype=dt, bias=True) for m in (1, 4) for dt in ("float16", "bfloat16")]
         out += [Case("fp8-wo", 1, n, k) for n, k in ((40, 256), (40, 1200), (24, 8192))]
+        out += [Case("fp8-wide", 1, n, k) for n, k in ((40, 1024), (24, 4096), (40, 300))]
         out += [Case("fp8-wo", 1, 72, 1024, dtype=dt, bias=True) for dt in ("float16", "bfloat16")]
         return out
     shapes = ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336))
@@ -131,12 +132,12 @@ def make_weight(case: Case, device: torch.device, gen: torch.Generator) -> Quant
 def _fp8_gemv(case: Case) -> Callable[[Tensor, QuantizedWeight, Tensor | None], Tensor]:
     """The FP8 GEMV on x quantized by the reference (the interpreter's e4m3 rounding is not the hardware's, see
     `fp8_quant_error`; on CUDA the Triton quantization is tested by that function and the linear tests)."""
-    from radixgen.kernels.fp8_gemv_triton import GEMV_MMA_TILES, fp8_gemv_triton
+    from radixgen.kernels.fp8_gemv_triton import GEMV1_WIDE_TILES, GEMV_MMA_TILES, fp8_gemv_triton
 
     def gemv(x: Tensor, w: QuantizedWeight, bias: Tensor | None) -> Tensor:
         assert isinstance(w, Fp8Weight)
-        if case.kind == "fp8-wo":
-            return fp8_gemv_triton(x, None, w, bias, x.dtype)
+        if case.kind in ("fp8-wo", "fp8-wide"):
+            return fp8_gemv_triton(x, None, w, bias, x.dtype, GEMV1_WIDE_TILES if case.kind == "fp8-wide" else None)
         xq, xs = quantize_fp8_per_token(x)
         return fp8_gemv_triton(xq, xs, w, bias, x.dtype, GEMV_MMA_TILES if case.kind == "fp8-mma" else None)
 
@@ -160,7 +161,7 @@ def run_case(case: Case, device: torch.device, seed: int) -> float:
     if not torch.equal(out, matmul(x, w, bias)):  # a second call: the split-K counters were reset
         return float("inf")
     ref_bias = None if bias is None else bias.float()
-    if case.kind == "fp8-wo":  # weight-only: dequantize, then multiply
+    if case.kind in ("fp8-wo", "fp8-wide"):  # weight-only: dequantize, then multiply
         ref = torch.nn.functional.linear(x.float(), dequantize_weight(w), ref_bias).double()
     else:
         ref = quant_linear_reference(x.float(), w, ref_bias).double()

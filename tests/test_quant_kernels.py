@@ -69,12 +69,13 @@ def test_fp8_gemv_cases_split_k_and_cover_both_kernels() -> None:
     """The small table reaches the one-row and the tensor-core kernels, each with K split among programs (the
     interpreter's device counts 4 SMs)."""
     pytest.importorskip("triton")
-    from radixgen.kernels.fp8_gemv_triton import GEMV_MMA_TILES, gemv_tiles, split_k
+    from radixgen.kernels.fp8_gemv_triton import GEMV1_WIDE_TILES, GEMV_MMA_TILES, gemv_tiles, split_k
 
     seen = set()
     for case in SMALL:
         if case.kind.startswith("fp8"):
-            tiles = GEMV_MMA_TILES if case.kind == "fp8-mma" else gemv_tiles(case.rows)
+            tiles = {"fp8-mma": GEMV_MMA_TILES, "fp8-wide": GEMV1_WIDE_TILES}.get(case.kind) or gemv_tiles(
+                case.rows, case.n, case.k)
             splits, _ = split_k(-(-case.n // tiles.block_n), case.k, tiles, num_sms=4)
             seen.add((tiles.kind, splits > 1))
     assert seen == {("fma", False), ("fma", True), ("mma", False), ("mma", True)}
