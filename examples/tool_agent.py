@@ -1,8 +1,8 @@
 """Tool agent: a loop in which the model calls two tools (weather lookup, unit conversion) and then answers.
 
 Each tool turn is `gen(tools=...)`: the grammar makes the model's text a valid call of a declared function, and
-the parsed calls come back in `s.get_meta_info(name)["tool_calls"]`. Between turns a `select` decides whether
-to call another tool or to answer.
+the parsed calls come back in `s.get_meta_info(name)["tool_calls"]`. Each later assistant turn opens with a
+`select` that decides whether to call another tool or to answer.
 
     python examples/tool_agent.py
 """
@@ -10,6 +10,7 @@ to call another tool or to answer.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import radixgen as sgl
 from radixgen.grammars.tool_formats import tools_prompt
@@ -36,7 +37,9 @@ def convert_temperature(celsius: float, unit: str) -> dict:
     return {"unit": unit, "value": round(value, 1)}
 
 
-FUNCTIONS = {"get_weather": get_weather, "convert_temperature": convert_temperature}
+ANSWER_LEAD = "The answer:"
+NEXT = "Call another tool if the question needs it, else answer."
+FUNCTIONS: dict[str, Callable[..., dict]] = {"get_weather": get_weather, "convert_temperature": convert_temperature}
 
 
 @sgl.function
@@ -44,17 +47,22 @@ def agent(s, question, max_turns=3, max_tokens=64):
     s += sgl.system(tools_prompt(TOOLS, "hermes"))
     s += sgl.user(question)
     for turn in range(max_turns):
+        s += sgl.assistant_begin()
         if turn:  # the first turn always looks the weather up; later ones choose
-            s += sgl.assistant(sgl.select(f"next{turn}", ["I will call a tool.", "I can answer now."]))
+            s += sgl.select(f"next{turn}", ["I will call another tool.", "I can answer now."]) + "\n"
             if s[f"next{turn}"] == "I can answer now.":
-                break
+                s += ANSWER_LEAD + sgl.gen("answer", max_tokens=max_tokens, stop="\n", temperature=0)
+                s += sgl.assistant_end()
+                return
         choice = "get_weather" if turn == 0 else "required"  # a named function, then any of them
-        s += sgl.assistant(sgl.gen(f"call{turn}", tools=TOOLS, tool_choice=choice, parallel_tool_calls=False,
-                                   max_tokens=max_tokens, temperature=0))
+        s += sgl.gen(f"call{turn}", tools=TOOLS, tool_choice=choice, parallel_tool_calls=False,
+                     max_tokens=max_tokens, temperature=0)
+        s += sgl.assistant_end()
         for call in s.get_meta_info(f"call{turn}")["tool_calls"]:
             result = FUNCTIONS[call["name"]](**json.loads(call["arguments"]))
-            s += sgl.user(f"<tool_response>\n{json.dumps(result)}\n</tool_response>")
-    s += sgl.assistant(sgl.gen("answer", max_tokens=max_tokens, temperature=0))
+            s += sgl.user(f"<tool_response>\n{json.dumps(result)}\n</tool_response>\n{NEXT}")
+    s += sgl.assistant("I can answer now.\n" + ANSWER_LEAD + sgl.gen("answer", max_tokens=max_tokens, stop="\n",
+                                                                   temperature=0))
 
 
 def run(backend, max_tokens: int = 64, question: str = "How warm is it in Paris, in Fahrenheit?") -> dict:

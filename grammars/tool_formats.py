@@ -9,9 +9,9 @@ Formats (`TOOL_FORMATS`), with the text that opens a tool-call section (its trig
     mistral   [TOOL_CALLS][{"name": "f", "arguments": {...}}, ...]            (Mistral)
     pythonic  [f(a=1, b="x"), g()]                                            (Llama 3.2/4 pythonic)
 
-Tool choice: `required` (at once a call of any function), `named` (at once a call of that one), `auto` (free
-text without the trigger; once the trigger appears the rest is calls), `none` (no constraint: no grammar).
-With `parallel` several calls may follow one another, else exactly one.
+Tool choice: `required` (at once a call of any function), `named` (at once exactly one call of that one, as
+vLLM and SGLang make it), `auto` (free text without the trigger; once the trigger appears the rest is calls),
+`none` (no constraint: no grammar). With `parallel` several calls may follow one another, else exactly one.
 
 The markers `<tool_call>`, `</tool_call>` and `[TOOL_CALLS]` are single tokens in the checkpoints that use them
 (Mistral's is a control token, Qwen's are added tokens), so the grammar names them as tokens where the
@@ -30,6 +30,7 @@ from typing import Any, Literal, get_args
 from radixgen.grammars.ebnf_embed import PYTHON_KEYWORDS, ToolSchemaError, embed_json_schema
 from radixgen.grammars.errors import GrammarError
 from radixgen.grammars.free_text import text_until
+from radixgen.grammars.json_schema_merge import JSON_TYPES
 from radixgen.grammars.json_schema_text import literal
 from radixgen.grammars.token_refs import soft_token
 
@@ -99,6 +100,38 @@ def check_format(name: str) -> ToolFormat:
 
 
 # ------------------------------------------------------------------------------------------------ arguments
+_SCHEMA_MAPS = {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"}  # name -> schema
+_SUBSCHEMAS = {"items", "prefixItems", "additionalItems", "additionalProperties", "unevaluatedItems",
+               "unevaluatedProperties", "contains", "propertyNames", "not", "if", "then", "else", "anyOf", "oneOf",
+               "allOf"}  # a schema, or a list of them
+
+
+def _pointer_step(key: object) -> str:
+    return "/" + str(key).replace("~", "~0").replace("/", "~1")
+
+
+def _check_types(schema: Any, owner: str, pointer: str = "") -> None:
+    """A `type` that names no JSON type (`"int"`, `"str"`: a common slip) as a ToolSchemaError naming its JSON
+    pointer, which the schema compiler's own message does not carry."""
+    if isinstance(schema, list):
+        for i, item in enumerate(schema):
+            _check_types(item, owner, f"{pointer}/{i}")
+        return
+    if not isinstance(schema, Mapping):
+        return
+    declared = schema.get("type")
+    for name in [declared] if isinstance(declared, str) else declared if isinstance(declared, list) else []:
+        if name not in JSON_TYPES:
+            raise ToolSchemaError(f"{owner}: {pointer or '/'}: unknown type {name!r} (JSON Schema's types: "
+                                  f"{', '.join(JSON_TYPES)})")
+    for key, value in schema.items():
+        if key in _SCHEMA_MAPS and isinstance(value, Mapping):
+            for name, sub in value.items():
+                _check_types(sub, owner, pointer + _pointer_step(key) + _pointer_step(name))
+        elif key in _SUBSCHEMAS:
+            _check_types(value, owner, pointer + _pointer_step(key))
+
+
 def _object_properties(fn: FunctionSpec, owner: str) -> tuple[list[tuple[str, Any]], set[str]]:
     params = fn.parameters
     props = params.get("properties", {})
@@ -131,13 +164,15 @@ def _python_arguments(fn: FunctionSpec, prefix: str, owner: str, rules: list[str
     return first
 
 
-def _calls(functions: Sequence[FunctionSpec], fmt: ToolFormat, prefix: str, rules: list[str]) -> tuple[str, str]:
-    """(`whole`, `after_trigger`): rules for one call, and for one call whose first `call_open` bytes (the
-    trigger's part of it) were already read."""
+def _calls(functions: Sequence[tuple[int, FunctionSpec]], fmt: ToolFormat, prefix: str, rules: list[str],
+           ) -> tuple[str, str]:
+    """(`whole`, `after_trigger`): rules for one call of the (index in `tools`, function) pairs, and for one call
+    whose first `call_open` bytes (the trigger's part of it) were already read."""
     spelling = SPELLINGS[fmt]
     alternatives = []
-    for i, fn in enumerate(functions):
+    for i, fn in functions:
         owner = f"tools[{i}].function.parameters ({fn.name})"
+        _check_types(fn.parameters, owner)
         if spelling.arguments_key is None:
             args = _python_arguments(fn, f"{prefix}f{i}-", owner, rules)
             alternatives.append(f"{literal(fn.name + '(')} {args} \")\"")
@@ -161,7 +196,7 @@ def _calls(functions: Sequence[FunctionSpec], fmt: ToolFormat, prefix: str, rule
     return body, body
 
 
-def _section(functions: Sequence[FunctionSpec], fmt: ToolFormat, parallel: bool, prefix: str,
+def _section(functions: Sequence[tuple[int, FunctionSpec]], fmt: ToolFormat, parallel: bool, prefix: str,
              rules: list[str]) -> str:
     """The rule for a whole section of calls after its trigger."""
     spelling = SPELLINGS[fmt]
@@ -191,13 +226,13 @@ def tool_call_rules(functions: Sequence[FunctionSpec], fmt: ToolFormat, choice: 
     names = [fn.name for fn in functions]
     if len(set(names)) != len(names):
         raise GrammarError(f"function names must be unique, got {names}")
-    chosen = list(functions)
+    chosen = list(enumerate(functions))
     if choice.mode == "named":
-        chosen = [fn for fn in functions if fn.name == choice.name]
+        chosen = [(i, fn) for i, fn in chosen if fn.name == choice.name]
         if not chosen:
             raise GrammarError(f"tool_choice names {choice.name!r}, which is not a declared function ({names})")
     rules: list[str] = []
-    section = _section(chosen, fmt, parallel, prefix, rules)
+    section = _section(chosen, fmt, parallel and choice.mode != "named", prefix, rules)
     spelling = SPELLINGS[check_format(fmt)]
     rest = spelling.trigger[len(spelling.marker):]  # the trigger's text after its marker token
     after_marker = f"{literal(rest)} {section}" if rest else section

@@ -63,19 +63,21 @@ def held_back(text: str, marker: str) -> int:
     return 0
 
 
-def parse_tool_output(text: str, fmt: ToolFormat, final: bool = True) -> ToolParse:
+def parse_tool_output(text: str, fmt: ToolFormat, final: bool = True, markers_kept: bool = False) -> ToolParse:
     """The content and calls of `text` (a whole output, or a prefix of one unless `final`).
 
     A format's marker token (Mistral's `[TOOL_CALLS]`, Hermes' `<tool_call>`) arrives as its text, or not at all
     where the detokenizer skips special tokens: without it, the section starts at the first call spelled in
     the format's exact layout (`[{"name": "f", "arguments": ` for Mistral, `{"name": "f", "arguments": ` for
-    Hermes). Llama 3.1's `<|python_tag|>` before a call is not content."""
+    Hermes). `markers_kept` says the text was decoded with its special tokens (the server's tool requests), so
+    only the marker opens a section and free text in that layout stays content. Llama 3.1's `<|python_tag|>`
+    before a call is not content."""
     spelling = SPELLINGS[fmt]
     trigger = spelling.trigger
     at = text.find(trigger)
     after = at + len(trigger)
     hold = held_back(text, trigger)
-    if at < 0 and spelling.marker:
+    if at < 0 and spelling.marker and not markers_kept:
         bare = trigger[len(spelling.marker):]
         at, bare_hold = _bare_section(text, bare, spelling.arguments_key or "", final)
         after = at + len(bare)

@@ -230,8 +230,7 @@ def test_thinking_budget_closes_the_section_and_the_answer_follows(thinking, her
 
 def test_the_client_librarys_pydantic_tools_parse_end_to_end(hermes):
     """The openai library's own typed tools (`pydantic_function_tool`, strict schemas) through `parse` and the
-    stream helper: the arguments come back as the pydantic model. (`instructor` cannot be installed beside this
-    openai: instructor 1.17 pins jiter < 0.15, openai 3.57 needs jiter >= 0.16.)"""
+    stream helper: the arguments come back as the pydantic model."""
     from typing import Literal
 
     from pydantic import BaseModel
@@ -248,3 +247,145 @@ def test_the_client_librarys_pydantic_tools_parse_end_to_end(hermes):
     assert isinstance(parsed, GetWeather)
     final, _ = streamed(hermes, messages=ask, tools=[tool], tool_choice="required", max_tokens=80, **GREEDY)
     assert final.choices[0].message.tool_calls[0].function.parsed_arguments == parsed
+
+
+def test_instructor_tools_mode_end_to_end(hermes):
+    """`instructor` (a test-only dependency) in its TOOLS mode: it declares the response model as one function
+    and names it in `tool_choice`; whole and as partial objects streamed, the model comes back validated."""
+    instructor = pytest.importorskip("instructor")
+    from typing import Literal
+
+    from pydantic import BaseModel, Field
+
+    class Weather(BaseModel):
+        """The weather of a city."""
+
+        city: str = Field(max_length=24)
+        unit: Literal["celsius", "fahrenheit"]
+
+    client = instructor.from_openai(hermes, mode=instructor.Mode.TOOLS)
+    ask = [{"role": "user", "content": "What's the weather in Paris, in celsius?"}]
+    for seed in range(2):
+        weather, completion = client.chat.completions.create_with_completion(
+            model="m", response_model=Weather, messages=ask, max_retries=0, max_tokens=80, temperature=1.0,
+            seed=seed)
+        assert isinstance(weather, Weather) and completion.choices[0].finish_reason == "tool_calls"
+        assert len(completion.choices[0].message.tool_calls) == 1  # a named choice makes one call
+    partials = list(client.chat.completions.create_partial(model="m", response_model=Weather, messages=ask,
+                                                           max_retries=0, max_tokens=80, temperature=0))
+    assert len(partials) > 1 and Weather.model_validate(partials[-1].model_dump()) == partials[-1]
+
+
+@pytest.mark.parametrize("choice", ["required", "none"])
+def test_required_always_calls_and_none_never_does(client, choice):
+    for seed in range(3):
+        r = client.chat.completions.create(model="m", messages=ASK, tools=TOOLS, tool_choice=choice,
+                                           parallel_tool_calls=False, max_tokens=90 if choice == "required" else 24,
+                                           temperature=1.0, seed=seed)
+        message = r.choices[0].message
+        if choice == "required":
+            assert r.choices[0].finish_reason == "tool_calls" and len(valid_calls(message.tool_calls)) == 1
+        else:
+            assert not message.tool_calls and r.choices[0].finish_reason != "tool_calls"
+
+
+def test_formats_are_read_from_the_chat_templates():
+    from radixgen.server.openai_tools import is_reasoning_template, template_knows_tools, template_tool_format
+
+    folder = QWEN3_TEMPLATE.parent
+    if not folder.exists():
+        pytest.skip("the shared chat templates are not here")
+    expected = {"Qwen-Qwen2.5-7B-Instruct": ("hermes", True, False), "Qwen-Qwen3-0.6B": ("hermes", True, True),
+                "meta-llama-Llama-3.1-8B-Instruct": ("llama3", True, False),
+                "mistralai-Mistral-Nemo-Instruct-2407": ("mistral", True, False),
+                "google-gemma-2-2b-it": ("hermes", False, False)}
+    for name, want in expected.items():
+        text = (folder / f"{name}.jinja").read_text()
+        assert (template_tool_format(text), template_knows_tools(text), is_reasoning_template(text)) == want, name
+
+
+def test_a_template_that_knows_tools_renders_the_tool_turns(engine):
+    """Qwen3's template gets the tools and the tool turns as transformers passes them and writes its own
+    `<tool_call>` and `<tool_response>` blocks."""
+    from radixgen.server.chat_messages import chat_messages
+
+    if not QWEN3_TEMPLATE.exists():
+        pytest.skip("the shared Qwen3 chat template is not here")
+    history = ASK + [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "get_time", "arguments": '{"tz": "CET"}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": '{"time": "12:00"}'}]
+    text = engine.tokenizer.apply_chat_template(chat_messages(history), add_generation_prompt=True, tools=[TIME],
+                                                chat_template=QWEN3_TEMPLATE.read_text())
+    assert '<tool_call>\n{"name": "get_time", "arguments": {"tz": "CET"}}\n</tool_call>' in text
+    assert '<tool_response>\n{"time": "12:00"}\n</tool_response>' in text and '"name": "get_time"' in text
+
+
+def test_reasoning_effort_reaches_the_template(engine):
+    template = ("{% if reasoning_effort is defined %}Reasoning: {{ reasoning_effort }}\n{% endif %}"
+                "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}assistant:")
+    srv = BackgroundServer(engine, ServerSettings(port=0, owns_engine=False, chat_template=template)).start()
+    try:
+        c = _client(srv)
+        plain = c.chat.completions.create(model="m", messages=ASK, max_tokens=1, **GREEDY)
+        high = c.chat.completions.create(model="m", messages=ASK, max_tokens=1, reasoning_effort="high", **GREEDY)
+        assert high.usage.prompt_tokens > plain.usage.prompt_tokens
+        with pytest.raises(openai.BadRequestError, match="reasoning_effort"):
+            c.chat.completions.create(model="m", messages=ASK, max_tokens=1, extra_body={"reasoning_effort": "max"})
+    finally:
+        srv.stop()
+
+
+# DeepSeek-R1's way: the generation prompt opens the thinking section, so the output starts inside it.
+OPENED_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+                   "<|im_start|>assistant\n<think>\n{# the answer follows </think> #}")
+
+
+def test_reasoning_tokens_have_logprobs_and_a_joined_stream_keeps_the_section(engine):
+    srv = BackgroundServer(engine, ServerSettings(port=0, owns_engine=False, chat_template=OPENED_TEMPLATE)).start()
+    try:
+        c = _client(srv)
+        kwargs = {"messages": [{"role": "user", "content": "What is 2 + 3?"}], "max_tokens": 16, "temperature": 1.0,
+                  "seed": 4}
+        r = c.chat.completions.create(model="m", logprobs=True, top_logprobs=2, **kwargs)
+        reasoning = (r.choices[0].message.model_extra or {}).get("reasoning_content")
+        content = r.choices[0].logprobs.content
+        assert len(content) == r.usage.completion_tokens
+        spelled = "".join(t.token for t in content)
+        assert reasoning and spelled.strip().startswith(reasoning.strip())
+        assert all(t.logprob is not None and len(t.top_logprobs) == 2 for t in content)  # free text: all sampled
+        chunks = [x for x in c.chat.completions.create(model="m", stream=True, logprobs=True, **kwargs) if x.choices]
+        streamed = "".join((x.choices[0].delta.model_extra or {}).get("reasoning_content") or "" for x in chunks)
+        assert streamed == reasoning and [t.token for x in chunks if x.choices[0].logprobs
+                                          for t in x.choices[0].logprobs.content] == [t.token for t in content]
+        joined = [x for x in c.chat.completions.create(model="m", stream=True,
+                                                       extra_body={"separate_reasoning": False}, **kwargs)
+                  if x.choices]
+        assert not any((x.choices[0].delta.model_extra or {}).get("reasoning_content") for x in joined)
+        whole = c.chat.completions.create(model="m", extra_body={"separate_reasoning": False}, **kwargs)
+        text = "".join(x.choices[0].delta.content or "" for x in joined)
+        assert text == whole.choices[0].message.content and text.strip().startswith(reasoning.strip())
+    finally:
+        srv.stop()
+
+
+BAD_TOOL_REQUESTS = [  # (extra fields, the param the 400 names)
+    ({"tool_choice": "required"}, "tool_choice"),  # no tools to choose from
+    ({"tool_choice": {"type": "function", "function": {"name": "get_time"}}}, "tool_choice"),
+    ({"tools": {"type": "function"}}, "tools"),
+    ({"tools": [{"type": "code_interpreter"}]}, "tools"),
+    ({"tools": [{"type": "function", "function": {"name": "bad name!"}}]}, "tools[0].function.name"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "array"}}}]},
+     "tools[0].function.parameters"),
+    ({"tools": [TIME, TIME], "tool_choice": "required"}, "tools"),  # names must be unique
+    ({"tools": [TIME], "tool_choice": "sometimes"}, "tool_choice"),
+    ({"tools": [TIME], "tool_choice": "required", "response_format": {"type": "json_object"}}, "tools"),
+    ({"tools": [TIME], "parallel_tool_calls": "yes"}, "parallel_tool_calls"),
+]
+
+
+@pytest.mark.parametrize("extra, param", BAD_TOOL_REQUESTS)
+def test_bad_tool_requests_are_400s_naming_the_field(hermes, extra, param):
+    with pytest.raises(openai.BadRequestError) as info:
+        hermes.chat.completions.create(model="m", messages=ASK, max_tokens=4, extra_body=extra)
+    assert info.value.param == param, info.value.message

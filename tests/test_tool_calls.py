@@ -1,6 +1,7 @@
 """Tool-call grammars and parsers (grammars/tool_formats.py, tool_parsers.py, free_text.py, reasoning.py): what each
 format and tool choice accepts, the parsers' round trip, partial (streamed) parses that only grow, and a property
-test: random walks through the grammar of random schemas always parse into calls that validate."""
+test: random walks through the grammar of random schemas always parse into calls that validate, whole and as
+the server streams them token by token."""
 
 from __future__ import annotations
 
@@ -29,6 +30,8 @@ from radixgen.grammars.tool_formats import (
     tool_call_rules,
 )
 from radixgen.grammars.tool_parsers import parse_tool_output
+from radixgen.server.chat_output import ChoiceStream, assistant_message
+from radixgen.server.openai_tools import ChatShape
 from radixgen.tokenizer import Tokenizer
 
 BYTES = Vocabulary([bytes([b]) for b in range(256)] + [b"<eos>"], eos_token_ids=[256])
@@ -62,6 +65,7 @@ CASES = [
     ("required", True, lambda f: format_calls(f, [("nope", {})]), False),
     ("named", True, lambda f: format_calls(f, [NOW]), True),
     ("named", True, lambda f: format_calls(f, [PARIS]), False),
+    ("named", True, lambda f: format_calls(f, [NOW, NOW]), False),  # one call of it, as vLLM and SGLang make it
 ]
 
 
@@ -114,6 +118,22 @@ def test_bad_schema_names_function_and_pointer(fmt):
     bad = FunctionSpec("f", {"type": "object", "properties": {"x": {"type": "string", "pattern": "(?<=a)b"}}})
     with pytest.raises(ToolSchemaError, match=r"tools\[1\]\.function\.parameters \(f\).*/properties/x"):
         tool_call_ebnf([TIME, bad], fmt, ToolChoice("required"))
+
+
+@pytest.mark.parametrize("fmt", TOOL_FORMATS)
+def test_an_unknown_type_is_named_by_its_pointer_and_a_named_choice_by_its_index(fmt):
+    typo = FunctionSpec("f", {"type": "object", "properties": {"a": {"type": "object", "properties": {
+        "b": {"type": ["string", "int"]}}}, "c": {"enum": [{"type": "not-a-schema"}]}}})
+    with pytest.raises(ToolSchemaError, match=r"tools\[1\]\.function\.parameters \(f\): "
+                                              r"/properties/a/properties/b: unknown type 'int'"):
+        tool_call_ebnf([TIME, typo], fmt, ToolChoice("named", "f"))
+    data_only = FunctionSpec("g", {"type": "object", "properties": {"c": {"enum": [{"type": "x"}]}, "d": {}},
+                                   "dependentRequired": {"type": ["d"]}})
+    assert tool_call_ebnf([data_only], fmt, ToolChoice("required"))  # values and names, not schemas
+    nested = FunctionSpec("h", {"type": "object", "properties": {"l": {"type": "array", "items": {"anyOf": [
+        {"type": "string"}, {"type": "float"}]}}}})
+    with pytest.raises(ToolSchemaError, match=r"/properties/l/items/anyOf/1: unknown type 'float'"):
+        tool_call_ebnf([nested], fmt, ToolChoice("auto"))
 
 
 @pytest.mark.parametrize("fmt", TOOL_FORMATS)
@@ -186,7 +206,7 @@ SCHEMAS = st.recursive(LEAVES, lambda children: st.one_of(
     max_leaves=6)
 
 
-def random_walk(grammar: str, vocab: Vocabulary, decode, seed: int, max_steps: int = 400) -> str | None:
+def random_walk(grammar: str, vocab: Vocabulary, decode, seed: int, max_steps: int = 400):
     """Sample allowed tokens uniformly until EOS (picked with probability 1/2 once allowed); None if too long."""
     rng = np.random.default_rng(seed)
     matcher = compile_grammar(grammar, vocab, syntax="ebnf").matcher()
@@ -205,7 +225,7 @@ def random_walk(grammar: str, vocab: Vocabulary, decode, seed: int, max_steps: i
 
 
 @pytest.mark.parametrize("fmt", TOOL_FORMATS)
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(props=_objects(SCHEMAS), seed=st.integers(0, 2**16), choice=st.sampled_from(["required", "auto", "named"]))
 def test_random_walks_parse_and_validate(fmt, props, seed, choice):
     vocab, _encode = smollm2()
@@ -214,9 +234,10 @@ def test_random_walks_parse_and_validate(fmt, props, seed, choice):
     functions = [other, TIME]
     tool_choice = ToolChoice("named", "other_fn") if choice == "named" else ToolChoice(choice)
     grammar = tool_call_ebnf(functions, fmt, tool_choice, parallel=True)
-    text = random_walk(grammar, vocab, lambda ids: tok.decode(ids), seed)
-    if text is None:  # ran past the step budget (a long free text)
+    ids = random_walk(grammar, vocab, list, seed)
+    if ids is None:  # ran past the step budget (a long free text)
         return
+    text = tok.decode(ids)
     WALKED.append(text)
     parsed = parse_tool_output(text, fmt)
     if choice != "auto":
@@ -225,6 +246,34 @@ def test_random_walks_parse_and_validate(fmt, props, seed, choice):
     schemas = {fn.name: fn.parameters for fn in functions}
     for call in parsed.complete_calls:
         jsonschema.validate(json.loads(call.arguments), schemas[call.name])
+    # The server's path, whole and streamed token by token: the same calls, each valid.
+    shape = ChatShape(tool_format=fmt, markers_kept=True)
+    message = assistant_message(text, shape)
+    whole = [(c["function"]["name"], c["function"]["arguments"]) for c in message.get("tool_calls", [])]
+    assert whole == [(c.name, c.arguments) for c in parsed.complete_calls]
+    content, calls = streamed_message(tok, ids, shape)
+    assert calls == whole
+    assert (content.strip() or None if whole else content) == message["content"]
+    for name, arguments in calls:
+        jsonschema.validate(json.loads(arguments), schemas[name])
+
+
+def streamed_message(tok: Tokenizer, ids: list[int], shape: ChatShape) -> tuple[str, list[tuple[str, str]]]:
+    """The content and calls a client assembles from the stream deltas of `ids`, decoded one token at a time as
+    the engine sends them: names on the delta that has an id, arguments appended per index."""
+    detok = tok.incremental_detokenizer()
+    stream = ChoiceStream(shape)
+    pieces = [detok.feed(t) for t in ids] + [detok.flush()]
+    deltas = [d for piece in pieces for d in stream.feed(piece)] + stream.feed("", final=True)
+    content, calls = "", []
+    for delta in deltas:
+        content += delta.get("content", "")
+        for part in delta.get("tool_calls", []):
+            if "id" in part:
+                assert part["index"] == len(calls) and part["function"]["arguments"] == ""
+                calls.append([part["function"]["name"], ""])
+            calls[part["index"]][1] += part["function"]["arguments"]
+    return content, [(name, arguments) for name, arguments in calls]
 
 
 WALKED: list[str] = []

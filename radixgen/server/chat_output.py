@@ -42,7 +42,7 @@ def read_output(text: str, shape: ChatShape, final: bool) -> OutputParts:
         reasoning, answer = split.reasoning, split.content
     if shape.tool_format is None:
         return OutputParts(reasoning, answer, ())
-    parsed = parse_tool_output(answer, shape.tool_format, final)
+    parsed = parse_tool_output(answer, shape.tool_format, final, shape.markers_kept)
     return OutputParts(reasoning, parsed.content, parsed.calls)
 
 

@@ -9,7 +9,9 @@ Names follow OpenAI's API; radixgen/SGLang extras (`regex`, `ebnf`, `grammar`, `
 object, as OpenAI's JSON mode promises), `json_schema` -> its `schema` (always enforced, `strict` or not),
 `structural_tag` -> its grammar (grammars/structural_tag.py). Chat requests may declare `tools` (the tool-call
 grammar of openai_tools.py) and reasoning options (`chat_template_kwargs`, `reasoning_effort`,
-`separate_reasoning`).
+`separate_reasoning`). A request that may call tools is decoded with its special tokens whatever
+`skip_special_tokens` says (unless `no_stop_trim`, which would show the stop token too): a marker such as
+Mistral's `[TOOL_CALLS]` is a special token, and the parser must see it; the grammar admits no other.
 """
 
 from __future__ import annotations
@@ -427,8 +429,11 @@ async def parse_chat(body: dict, state: ServerState) -> OpenAIRequest:
         raise bad_request("top_logprobs", "needs logprobs: true")
     sp, reasoning, opened = _chat_constraint(sampling_params(f, state, max_tokens), tools, state, rendered.text)
     calling = tools is not None and tools.choice.mode != "none"
+    markers_kept = calling and not sp.no_stop_trim
+    if markers_kept:  # the tool-call markers reach the parser (the grammar lets no other special token through)
+        sp = dataclasses.replace(sp, skip_special_tokens=False)
     shape = ChatShape(server_tool_format(state.settings.tool_call_format, state.chat_template) if calling else None,
-                      reasoning and reasoning_options.separate, opened)
+                      reasoning and reasoning_options.separate, opened, markers_kept)
     stream, include_usage = _stream_flags(f)
     _check_beam_request(sp, stream, "logprobs" if want else None)
     return OpenAIRequest(

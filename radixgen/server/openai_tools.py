@@ -41,11 +41,13 @@ class ToolRequest:
 @dataclass(frozen=True)
 class ChatShape:
     """How a chat output is read back: tool calls in `tool_format` (None: not parsed), and whether reasoning
-    is split off (`reasoning`), with the prompt having opened the thinking section already (`thinking_opened`)."""
+    is split off (`reasoning`), with the prompt having opened the thinking section already (`thinking_opened`);
+    `markers_kept`: the text was decoded with its special tokens, so a call opens only at the format's marker."""
 
     tool_format: ToolFormat | None = None
     reasoning: bool = False
     thinking_opened: bool = False
+    markers_kept: bool = False
 
 
 def template_tool_format(template: str | None) -> ToolFormat:
