@@ -395,8 +395,7 @@ class EngineCore:
         drawn = sb
         if verify:
             # One row per verified position, each drawn as plain decoding would draw it at that output index.
-            drawn = sb.filter(np.repeat(np.arange(len(reqs)), counts).tolist())
-            drawn.output_lens += host_to_device(within, self.device)
+            drawn = sb.positions(counts)
             counted = [-1] * len(reqs)  # set once the kept tokens are known (`_deliver_verified`)
         out = self.sampler.sample(drawn, sample_logits, mask, mask_rows)
         if not verify:
@@ -533,10 +532,6 @@ class EngineCore:
                 ids = self._jump_after(req, computed)
                 self.counters.grammar_seconds += time.perf_counter() - t0
                 if ids:
-                    if req.return_logprob:  # forced, not sampled: no logprob
-                        req.output_token_logprobs.extend((None, t) for t in ids)
-                        if req.top_logprobs_num:
-                            req.output_top_logprobs.extend(None for _ in ids)
                     self._append(req, ids)
                     taken.add(req.rid)
             except Exception as exc:  # one failing request never takes its batch down
@@ -595,8 +590,11 @@ class EngineCore:
                 self._finish(req, AbortFinish(f"{type(exc).__name__}: {exc}"))
         sb = sampled.sb  # one row per request: kept in step, so the next step reuses it (without penalty state)
         if sb.output_counts is None and sb.seen is None:
-            added = np.array([len(r.output_ids) - n for r, n in zip(reqs, before)], dtype=np.int64)
-            sb.output_lens += host_to_device(added, self.device)
+            added = [len(r.output_ids) - n for r, n in zip(reqs, before)]
+            if min(added) == max(added):  # every request took as many (always at batch 1): no copy to the device
+                sb.output_lens += added[0]
+            else:
+                sb.output_lens += host_to_device(np.asarray(added, dtype=np.int64), self.device)
             sampled.counted = [len(r.output_ids) for r in reqs]
         c_ = self.counters
         c_.spec_verify_steps += 1
@@ -825,7 +823,8 @@ class EngineCore:
                 req.output_top_logprobs.extend(tops[: len(tokens)] if tops is not None else [None] * len(tokens))
         token = tokens[-1]
         new_ids = list(tokens)
-        if matcher is not None and len(tokens) == 1 and self.spec_policy is None:
+        # a request that asks for logprobs samples every token (a jumped token has none to report)
+        if matcher is not None and len(tokens) == 1 and self.spec_policy is None and not req.return_logprob:
             t0 = time.perf_counter()
             self._jump_declined = 0
             new_ids = self._jump_forward(req, token, computed)
@@ -833,12 +832,6 @@ class EngineCore:
                 self._deferred_jumps.append((req, computed, self._jump_declined))
             if computed and new_ids[0] != token:
                 self.scheduler.rewind(req, req.kv_len - 1)  # that step computed the replaced token
-            if req.return_logprob:  # re-tokenized or forced tokens were not sampled: no logprob
-                if new_ids[0] != token:
-                    req.output_token_logprobs[-1] = (None, new_ids[0])
-                req.output_token_logprobs.extend((None, t) for t in new_ids[1:])
-                if req.top_logprobs_num:
-                    req.output_top_logprobs.extend(None for _ in new_ids[1:])
             self.counters.grammar_seconds += time.perf_counter() - t0
         if req.thinking_close_ids is not None:  # after jump-forward: forced text may close the section itself
             new_ids = self._close_thinking(req, new_ids)

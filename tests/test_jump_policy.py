@@ -82,3 +82,18 @@ def test_jumps_that_pay_only_together_are_taken_together(char_engine, monkeypatc
     assert [o["output_ids"] for o in jumped] == [o["output_ids"] for o in stepped]
     assert declined and max(declined) > 1
     assert all(o["meta_info"]["decode_steps_saved"] > 0 for o in jumped)
+
+
+def test_a_request_asking_for_logprobs_samples_every_token(char_engine, monkeypatch):  # noqa: F811
+    """Jumped tokens were never sampled, so they would have no logprob: such a request does not jump, and each
+    of its tokens carries the model's logprob; its output is the one without jump-forward."""
+    engine, _ = char_engine
+    params = {"ebnf": CHAIN, "temperature": 0, "max_new_tokens": 60}
+    monkeypatch.setattr(engine.core.config, "enable_jump_forward", True)
+    with_logprobs = engine.generate("go: ", params, return_logprob=True)
+    plain = engine.generate("go: ", params)
+    logprobs = with_logprobs["meta_info"]["output_token_logprobs"]
+    assert len(logprobs) == len(with_logprobs["output_ids"])
+    assert all(lp is not None and lp <= 0.0 for lp, *_ in logprobs)
+    assert with_logprobs["meta_info"]["decode_steps_saved"] == 0 < plain["meta_info"]["decode_steps_saved"]
+    assert with_logprobs["output_ids"] == plain["output_ids"]
