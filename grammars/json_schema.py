@@ -385,7 +385,10 @@ class Converter:
     def typed(self, s: dict[str, Any], ptr: str) -> str:
         if "enum" in s:
             return enum_expr(self, s, ptr)
-        declared = declared_types(s)
+        try:
+            declared = declared_types(s)
+        except UnknownType as exc:  # named by its pointer, as every other schema error is
+            raise self.error(ptr, str(exc)) from exc
         if declared is None and self.infer_types and inferred_types(s) != set(JSON_TYPES):
             types = inferred_types(s)
             try:

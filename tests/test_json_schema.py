@@ -223,6 +223,7 @@ def test_relaxations_are_reported(schema, fragment):
     ({"type": "object", "required": ["a"], "additionalProperties": False}, "required property 'a'"),
     (False, "false schema"),
     ("{not json", "not valid JSON"),
+    ({"type": "object", "properties": {"x": {"type": "int"}}}, "/properties/x: unknown type(s) ['int']"),
 ])
 def test_schema_errors(schema, fragment):
     with pytest.raises(SchemaError, match=re.escape(fragment)):
