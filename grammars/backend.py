@@ -59,6 +59,11 @@ class GrammarMatcher(Protocol):
         """Undo the last `n_tokens` accepted tokens; ValueError beyond those accepted."""
         ...
 
+    def fork(self) -> GrammarMatcher:
+        """An independent matcher at this one's position (what a fresh matcher fed the same tokens would be;
+        rollback reaches as far back), made without replaying them: a beam continuing another beam."""
+        ...
+
     def is_terminated(self) -> bool:
         """EOS was accepted, or the text is complete and nothing can follow it."""
         ...

@@ -138,6 +138,14 @@ class Matcher:
         pos = self._history[-1]
         return None if pos.eos_accepted else self._grammar.forced_token(pos.state)
 
+    def fork(self) -> Matcher:
+        """An independent matcher at the same position, with the same history to roll back: a copy of the
+        history list (its positions are immutable), no token replayed."""
+        twin = Matcher.__new__(Matcher)
+        twin._grammar = self._grammar
+        twin._history = self._history.copy()
+        return twin
+
     def rollback(self, n_tokens: int) -> None:
         """Undo the last `n_tokens` accepted tokens (byte chunks from `advance_bytes` count as one)."""
         if not 0 <= n_tokens <= self.num_advanced:

@@ -5,8 +5,10 @@ A beam search request prefills as any request; at its first sample it becomes th
 its parent's KV slots (the scheduler's `fork`: the table row's slots, never the KV), so the prompt's KV is held
 once whatever `num_beams`, and a beam's own KV is one slot per token it adds. Each step scores every beam of
 the step at once (`beam_search.beam_candidates`), lets the searches choose (`beam_search.choose`, one pass per
-shape of search), then turns the beams nobody continues into the new children (`Scheduler.refork`: same request
-and row, the parent's slots), so a search never holds more than num_beams rows.
+shape of search), then turns the beams nobody continues into the new children (`Scheduler.refork_many`: same
+request and row, the parent's slots), so a search never holds more than num_beams rows. The scheduler's part of a
+step is one call each for every search at once (`release_beams` for the searches that ended, `refork_many`);
+only new forks (a search's first step) go one by one. A new beam's grammar is a fork of its parent's matcher.
 """
 
 from __future__ import annotations
@@ -125,32 +127,38 @@ class BeamSearches:
             moves = beam_moves(choice, sizes[choice.rows])
             for i, (g, done) in enumerate(zip(choice.rows.tolist(), choice.done.tolist())):
                 at[g] = (moves, i, done)
-        ended = []
+        ended, going = [], []
         for run, entry in zip(runs, at):  # in the step's order (forks append running requests)
             assert entry is not None, "every search of the step is in a block"
             moves, i, done = entry
             if done:
                 ended.append(EndedSearch(run.root, run.group.results()))
-                self.end(run.root)
             else:
-                self._apply(run, moves, i)
+                going.append((run, moves, i))
+        self._move(going, [e.root for e in ended])
         return ended
 
     def end(self, root: Req) -> None:
         """Release every beam of the search `root` asked for (nothing of theirs is cached)."""
-        run = self.runs.pop(root.rid, None)
-        if run is None:
-            return
-        for beam in run.beams:
-            if beam.state is ReqState.RUNNING:
-                self.scheduler.release_beam(beam)
+        self.scheduler.release_beams(self._ended_beams([root]))
 
     # ------------------------------------------------------------------ internals
+    def _ended_beams(self, roots: Sequence[Req]) -> list[Req]:
+        """The running beams of the searches `roots` asked for, those searches forgotten."""
+        beams: list[Req] = []
+        for root in roots:
+            run = self.runs.pop(root.rid, None)
+            if run is not None:
+                beams.extend(b for b in run.beams if b.state is ReqState.RUNNING)
+        return beams
+
     def _start(self, root: Req) -> BeamRun:
         """The request becomes its search's holder; its one beam (so far) holds its prompt's KV."""
         root.beam_group = root.rid
         group = BeamGroup(root.params, root.output_budget(self.max_context), self.eos_of(root))
-        first = self._fork(root, root)
+        first = self._child(root)
+        self._take_tokens(root, first, root)
+        self.scheduler.fork(root, first)
         self.scheduler.start_beams(root)
         self.scheduler.release_beam(root, ReqState.BEAMS)
         run = BeamRun(root, [first], group)
@@ -162,29 +170,26 @@ class BeamSearches:
         eos = frozenset() if req.params.ignore_eos else self.eos_ids
         return eos | frozenset(req.params.stop_token_ids)
 
-    def _fork(self, root: Req, parent: Req) -> Req:
-        """A new beam continuing `parent` (its own request and row)."""
-        child = Req(rid=f"{root.rid}#beam{next(self._ids)}", origin_ids=root.origin_ids, params=root.params,
-                    namespace=root.namespace, beam_group=root.rid)
-        self._take_tokens(root, child, parent)
-        self.scheduler.fork(parent, child)
-        return child
-
-    def _refork(self, root: Req, beam: Req, parent: Req) -> Req:
-        """A dropped beam turned into a new one continuing `parent` (its request and row reused)."""
-        self._take_tokens(root, beam, parent)
-        self.scheduler.refork(beam, parent)
-        return beam
+    def _child(self, root: Req) -> Req:
+        """A new beam's request (not running yet)."""
+        return Req(rid=f"{root.rid}#beam{next(self._ids)}", origin_ids=root.origin_ids, params=root.params,
+                   namespace=root.namespace, beam_group=root.rid)
 
     def _take_tokens(self, root: Req, beam: Req, parent: Req) -> None:
-        """`beam` holds the parent's output tokens, and its grammar stands where the parent's does."""
+        """`beam` holds the parent's output tokens, and its grammar stands where the parent's does: a fork of
+        the parent beam's matcher (which has seen exactly those tokens, stopping tokens aside), or a fresh one
+        where the parent is the search's own request."""
         beam.output_ids = list(parent.output_ids)
-        if root.grammar is not None:
-            beam.matcher = root.grammar.matcher()
-            eos = self.eos_of(root)
-            for t in beam.output_ids:
-                if t not in eos and not beam.matcher.advance(t):
-                    raise RuntimeError(f"beam of {root.rid}: its grammar refused its own token {t}")
+        if root.grammar is None:
+            return
+        if parent is not root and parent.matcher is not None:
+            beam.matcher = parent.matcher.fork()
+            return
+        beam.matcher = root.grammar.matcher()
+        eos = self.eos_of(root)
+        for t in beam.output_ids:
+            if t not in eos and not beam.matcher.advance(t):
+                raise RuntimeError(f"beam of {root.rid}: its grammar refused its own token {t}")
 
     def _ban(self, logprobs: torch.Tensor, runs: list[BeamRun], groups: list[BeamGroup], ordered: list[Req],
              starts: npt.NDArray[np.int64], sizes: npt.NDArray[np.int64]) -> None:
@@ -207,26 +212,43 @@ class BeamSearches:
             to = torch.as_tensor(cols, device=logprobs.device)
             logprobs[at, to] = float("-inf")
 
-    def _apply(self, run: BeamRun, moves: BeamMoves, i: int) -> None:
-        """Search `run` takes its row `i` of `moves`: the reforks and forks of its further children, the release
-        of the dropped beams left over, then each new beam's token appended (and its grammar advanced)."""
-        old, parents, dropped = run.beams, moves.parents[i], moves.dropped[i]
-        pool = list(old)
-        for k, j in enumerate(moves.ops[i]):
-            parent = old[parents[j]]
-            if k < len(dropped):
-                self._refork(run.root, old[dropped[k]], parent)
-            else:
-                pool.append(self._fork(run.root, parent))
-        for d in dropped[len(moves.ops[i]):]:
-            self.scheduler.release_beam(old[d])
-        run.beams = beams = [pool[s] for s in moves.sources[i]]
-        tokens = moves.tokens[i]
-        for beam, token in zip(beams, tokens):
+    def _move(self, going: list[tuple[BeamRun, BeamMoves, int]], ended: list[Req]) -> None:
+        """Every search of the step takes its moves at once: the beams of the `ended` searches and the dropped
+        beams no child takes are released (one `release_beams`), the dropped beams that a further child takes
+        become forks of its parent in place (one `refork_many`), the other further children are new forks; then
+        each new beam's token is appended (and its grammar advanced). Search `going[k]` takes row i of its
+        moves."""
+        released = self._ended_beams(ended)
+        reforks: list[tuple[Req, Req, Req]] = []  # (root, beam, parent)
+        forks: list[tuple[Req, Req, Req]] = []  # (root, child, parent)
+        for run, moves, i in going:
+            old, parents, dropped, ops = run.beams, moves.parents[i], moves.dropped[i], moves.ops[i]
+            pool = list(old)
+            for k, j in enumerate(ops):
+                if k < len(dropped):
+                    reforks.append((run.root, old[dropped[k]], old[parents[j]]))
+                else:
+                    child = self._child(run.root)
+                    forks.append((run.root, child, old[parents[j]]))
+                    pool.append(child)
+            released.extend(old[d] for d in dropped[len(ops):])
+            run.beams = [pool[s] for s in moves.sources[i]]
+        self.scheduler.release_beams(released)
+        for root, beam, parent in reforks + forks:
+            self._take_tokens(root, beam, parent)
+        self.scheduler.refork_many([b for _, b, _ in reforks], [p for _, _, p in reforks])
+        for _, child, parent in forks:
+            self.scheduler.fork(parent, child)
+        for run, moves, i in going:
+            self._append(run, moves.tokens[i])
+
+    def _append(self, run: BeamRun, tokens: list[int]) -> None:
+        """Each running beam of `run` takes its token; its grammar sees it unless it is a stopping token."""
+        for beam, token in zip(run.beams, tokens):
             beam.output_ids.append(token)
         if run.root.grammar is None:
             return
-        for beam, token in zip(beams, tokens):
+        for beam, token in zip(run.beams, tokens):
             if token in run.group.eos_ids:
                 continue  # a stopping token kept running (too few others): the grammar does not see it
             if beam.matcher is not None and not beam.matcher.advance(token):

@@ -17,7 +17,8 @@ Slot ownership invariant: every KV slot is exactly one of free (allocator), owne
 by running requests (positions [tree_len, kv_len) of their slot buffers): by one, except the beams of a beam
 search (and the candidates of a contrastive search), which share the positions they have in common;
 `beam_refs` counts a slot's holders beyond the first. A search's beams are scheduled together (all decode in the
-same step, or none does) and never preempted.
+same step, or none does) and never preempted. A beam step's moves go in one call each (`refork_many`,
+`release_beams`), which leave exactly what the one-by-one calls would.
 """
 
 from __future__ import annotations
@@ -407,12 +408,116 @@ class Scheduler:
         assert beam.req_pool_idx is not None, "a running beam holds a row"
         self.req_rows.rehold(beam.req_pool_idx)  # state kept per row (decode K/V copies) is not the new sequence's
 
+    def refork_many(self, beams: Sequence[Req], parents: Sequence[Req]) -> None:
+        """`refork(beams[i], parents[i])` for every i in order: the same slots freed (in the same order), holders
+        counted, rows re-held and nodes locked. The beams are distinct and none of them is a parent (a step's
+        dropped beams are not continued in that step).
+
+        The beams of a search, each reforked from another beam of it, stand on one tree node at one length:
+        for those the accounting is array work over all of them at once (`_refork_level`). Any other pair
+        (across searches or lengths) makes the call go one by one."""
+        if not beams:
+            return
+        assert len(beams) == len(parents), "one parent per beam"
+        targets = {id(b) for b in beams}
+        assert len(targets) == len(beams) and not targets & {id(p) for p in parents}, \
+            "distinct beams, none of them a parent"
+        if all(b.node is p.node and b.tree_len == p.tree_len and b.kv_len == p.kv_len
+               for b, p in zip(beams, parents)):
+            self._refork_level(beams, parents)
+            return
+        for beam, parent in zip(beams, parents):
+            self.refork(beam, parent)
+
+    def _refork_level(self, beams: Sequence[Req], parents: Sequence[Req]) -> None:
+        """`refork_many` where each beam stands on its parent's node at its parent's tree_len and kv_len. A beam
+        and its parent hold the same slots up to where they parted; there, giving a slot back and taking it
+        again cancel out, so only the positions from there on are given back, counted and copied."""
+        bufs = [self.slots[b.rid] for b in beams]
+        srcs = [self.slots[p.rid] for p in parents]
+        lo = [b.tree_len for b in beams]
+        mine = np.concatenate([buf.view(t, b.kv_len) for buf, b, t in zip(bufs, beams, lo)])
+        theirs = np.concatenate([src.view(t, b.kv_len) for src, b, t in zip(srcs, beams, lo)])
+        lengths = np.fromiter((b.kv_len - t for b, t in zip(beams, lo)), dtype=np.int64, count=len(beams))
+        ends = np.cumsum(lengths)
+        starts = ends - lengths
+        kept = lengths.copy()  # positions each beam shares with its parent, from its tree_len
+        differ = np.flatnonzero(mine != theirs)
+        if len(differ):
+            pair = np.searchsorted(ends, differ, side="right")
+            at, first = np.unique(pair, return_index=True)  # the pairs that differ, and where they first do
+            kept[at] = differ[first] - starts[at]
+        tail = np.arange(len(mine)) >= np.repeat(starts + kept, lengths)  # positions after the parting
+        self._give_back_level(mine[tail], np.cumsum(lengths - kept))
+        gained = theirs[tail]
+        if len(gained):
+            np.add.at(self.beam_refs, gained, 1)  # a parent of several beams gains each of them as a holder
+        for beam, parent, buf, src, cut in zip(beams, parents, bufs, srcs, (np.asarray(lo) + kept).tolist()):
+            buf.truncate(cut)
+            buf.extend(src.view(cut, parent.kv_len))
+            beam.synced_len = 0
+            assert beam.req_pool_idx is not None, "a running beam holds a row"
+            self.req_rows.rehold(beam.req_pool_idx)
+
+    def _give_back_level(self, owned: SlotArray, ends: npt.NDArray[np.int64]) -> None:
+        """`_give_back_beam_slots(block)` for the blocks of `owned` (block i ends at ends[i]; each block's slots
+        distinct) in order, as array work: a slot held by k blocks loses k holders and, where those were all its
+        holders, is freed as at its last block, so the free stack ends as the one-by-one calls leave it (block
+        by block, each block's slots pushed last first)."""
+        if not len(owned):
+            return
+        np.subtract.at(self.beam_refs, owned, 1)
+        pos = np.flatnonzero(self.beam_refs[owned] < 0)  # where a slot lost its last holder (at each block of it)
+        if not len(pos):
+            return
+        _, last = np.unique(owned[pos[::-1]], return_index=True)
+        pos = pos[len(pos) - 1 - last]  # each freed slot at its last block
+        block = np.searchsorted(ends, pos, side="right")
+        freed = owned[pos[np.argsort((len(ends) - block) * len(owned) + pos)]]  # the last block first, each in order
+        self.beam_refs[freed] = 0
+        self.allocator.free(freed)
+
     def _give_back_beam_slots(self, owned: SlotArray) -> None:
         """Free the slots of `owned` no other beam holds; the others lose one holder."""
         shared = self.beam_refs[owned] > 0
         if (~shared).any():
             self.allocator.free(owned[~shared].copy())
         self.beam_refs[owned[shared]] -= 1
+
+    def _give_back_many(self, blocks: Sequence[SlotArray]) -> None:
+        """`_give_back_beam_slots(block)` for each block in order (each block's slots distinct), with one free:
+        every slot loses one holder per block holding it; one whose holders were all among the blocks is freed
+        at its last block, and the free stack ends as the one-by-one calls leave it (block by block)."""
+        refs = self.beam_refs
+        for block in blocks:
+            refs[block] -= 1
+        freed = []
+        for block in reversed(blocks):  # a freed slot's last block is the first one met from the end
+            gone = block[refs[block] < 0]
+            if len(gone):
+                refs[gone] = 0
+                freed.append(gone)
+        if freed:
+            self.allocator.free(np.concatenate(freed) if len(freed) > 1 else freed[0])
+
+    def release_beams(self, reqs: Sequence[Req], state: ReqState = ReqState.FINISHED) -> None:
+        """`release_beam(req, state)` for every request in order (distinct running beams), the slots given back
+        at once and the running list filtered once."""
+        if not reqs:
+            return
+        bufs = [self.slots.pop(r.rid) for r in reqs]
+        self._give_back_many([buf.view(r.tree_len, r.kv_len) for r, buf in zip(reqs, bufs)])
+        for req in reqs:
+            assert req.node is not None and req.req_pool_idx is not None, "a running request holds a node and a row"
+            self.cache.unlock(req.node)
+            self.req_rows.free(req.req_pool_idx)
+            req.node, req.req_pool_idx, req.tree_len, req.kv_len = None, None, 0, 0
+        gone = {id(r) for r in reqs}
+        self.running[:] = [r for r in self.running if id(r) not in gone]
+        if state is not ReqState.BEAMS:
+            self.num_beams -= len(reqs)
+        for req in reqs:
+            req.state = state
 
     def release_beam(self, req: Req, state: ReqState = ReqState.FINISHED) -> None:
         """Give back a running beam's row, node lock and the slots no other beam holds (nothing is cached)."""

@@ -158,5 +158,11 @@ class LLGuidanceMatcher:
         if n_tokens and not self._matcher.rollback(n_tokens):
             raise RuntimeError(f"llguidance: {self._matcher.get_error()}")
 
+    def fork(self) -> LLGuidanceMatcher:
+        """llguidance's own deep copy of the matcher (its parse state and token history)."""
+        twin = LLGuidanceMatcher(self._matcher.deep_copy(), self._vocab)
+        twin._accepted, twin._eos_after_stop = self._accepted, self._eos_after_stop
+        return twin
+
     def is_terminated(self) -> bool:
         return bool(self._matcher.is_stopped())

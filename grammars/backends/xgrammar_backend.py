@@ -84,11 +84,13 @@ class XGrammarMatcher:
     and only EOS may follow (XGrammar terminates only on the stop token), found from the mask, which is kept
     for the next `fill_mask` at the same position."""
 
-    def __init__(self, grammar: XGrammarGrammar) -> None:
+    def __init__(self, grammar: XGrammarGrammar, matcher: xgr.GrammarMatcher | None = None, accepted: int = 0,
+                 mask: np.ndarray | None = None) -> None:
+        self._grammar = grammar
         self._vocab = grammar.vocab
-        self._matcher = xgr.GrammarMatcher(grammar.compiled)
-        self._accepted = 0
-        self._mask: np.ndarray | None = None  # this position's mask, once computed
+        self._matcher = xgr.GrammarMatcher(grammar.compiled) if matcher is None else matcher
+        self._accepted = accepted
+        self._mask = mask  # this position's mask, once computed (never written after: forks share it)
 
     def _position_mask(self) -> np.ndarray:
         if self._mask is None:
@@ -130,6 +132,10 @@ class XGrammarMatcher:
             self._matcher.rollback(n_tokens)
             self._accepted -= n_tokens
             self._mask = None
+
+    def fork(self) -> XGrammarMatcher:
+        """XGrammar's own fork (a deep copy of the parse state and token history)."""
+        return XGrammarMatcher(self._grammar, self._matcher.fork(), self._accepted, self._mask)
 
     def is_terminated(self) -> bool:
         if self._matcher.is_terminated():
