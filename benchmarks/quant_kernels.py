@@ -1,7 +1,8 @@
 """Quantized matmuls at batch 1 (and a few larger batches): achieved weight bandwidth against the device's copy
-bandwidth, for every Llama-3-8B linear shape, bf16 (cuBLAS) against int4 (Triton), FP8 (`torch._scaled_mm`) and
-GGUF Q4_K / Q8_0 (Triton), and Q4_K repacked as int4 with group minimums (`gguf-q4_k-repacked`: what a Q4_K file
-becomes on CUDA, runtime/quant/gguf_repack.py).
+bandwidth, for every Llama-3-8B linear shape, bf16 (cuBLAS) against int4 (Triton), FP8 (`torch._scaled_mm` or
+the FP8 GEMV), GGUF Q4_K / Q8_0 / Q6_K blocks (Triton's block kernels), and each repacked as a GGUF file's blocks
+are on CUDA (runtime/quant/gguf_repack.py): Q4_K as int4 with group minimums, Q8_0 and Q6_K as int8 with group
+scales (`gguf-*-repacked`: the int4 / int8 kernels).
 
 Bandwidth = bytes of the weight (packed data, scales and zeros) / time per matmul. Each timing replays a CUDA
 graph of matmuls over enough distinct copies of the weight (>= 256 MiB) that none is served from L2, median of
@@ -10,6 +11,7 @@ several replays; "copy" is a device-to-device copy of 1 GiB (read + write bytes 
     python benchmarks/quant_kernels.py                    # the table, batch 1
     python benchmarks/quant_kernels.py --rows 1 16 64     # more batch sizes
     python benchmarks/quant_kernels.py --json out.json    # also write every number
+    python benchmarks/quant_kernels.py --schemes bf16 gguf-q8_0 gguf-q8_0-repacked --rows 1 4 16 64
 """
 
 from __future__ import annotations
@@ -23,13 +25,15 @@ import torch
 
 from radixgen import kernels
 from radixgen.kernels import GGUFWeight, LinearWeight, weight_nbytes
-from radixgen.kernels.gguf_ref import Q4_K, Q8_0
+from radixgen.kernels.gguf_ref import Q4_K, Q6_K, Q8_0
 from radixgen.runtime.quant.gguf_blocks import quantize_blocks
 from radixgen.runtime.quant.gguf_repack import repack_blocks
 from radixgen.runtime.quant.rtn import quantize_fp8, quantize_int4_rtn
 
 SHAPES = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336)}
-SCHEMES = ("bf16", "int4", "fp8", "gguf-q4_k", "gguf-q4_k-repacked", "gguf-q8_0")
+GGUF_TYPES = {"gguf-q4_k": Q4_K.code, "gguf-q8_0": Q8_0.code, "gguf-q6_k": Q6_K.code}
+SCHEMES = ("bf16", "int4", "fp8", "gguf-q4_k", "gguf-q4_k-repacked", "gguf-q8_0", "gguf-q8_0-repacked", "gguf-q6_k",
+           "gguf-q6_k-repacked")
 MIN_BYTES = 256 << 20
 
 
@@ -40,10 +44,11 @@ def make(scheme: str, dense: torch.Tensor) -> LinearWeight:
         return quantize_int4_rtn(dense, 128)
     if scheme == "fp8":
         return quantize_fp8(dense)
-    if scheme == "gguf-q4_k-repacked":
-        return repack_blocks(quantize_blocks(dense, Q4_K.code), Q4_K.code, dense.shape[1])
-    code = Q4_K.code if scheme == "gguf-q4_k" else Q8_0.code
-    return GGUFWeight(quantize_blocks(dense, code), code, dense.shape[1])
+    code = GGUF_TYPES[scheme.removesuffix("-repacked")]
+    blocks = quantize_blocks(dense, code)
+    if scheme.endswith("-repacked"):
+        return repack_blocks(blocks, code, dense.shape[1])
+    return GGUFWeight(blocks, code, dense.shape[1])
 
 
 def time_graph(fn, replays: int = 7) -> float:

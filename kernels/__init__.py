@@ -9,7 +9,8 @@ The batched torch attention (`decode_attention_torch`, `extend_attention_torch` 
 layers share) and the CPU decode over per-request K/V copies carried across steps (`decode_copy_torch`: no Triton
 twin, the GPU kernel reads the pool in place) are what the CPU attention backend (runtime/attention/) calls.
 
-Quantized linear weights (`Int4Weight`, `Fp8Weight`, `GGUFWeight`, `StackedWeight`: one dataclass per scheme)
+Quantized linear weights (`Int4Weight`, `Int8Weight`, `Fp8Weight`, `GGUFWeight`, `StackedWeight`: one dataclass
+per scheme)
 go through the same `linear`, which hands them to `quant_linear`; `quant_linear_reference` dequantizes
 (`dequantize_weight`) and multiplies.
 """
@@ -59,11 +60,19 @@ from radixgen.kernels.elementwise_ref import (
 from radixgen.kernels.gguf_ref import BLOCK_FORMATS, BlockFormat
 from radixgen.kernels.quant_fp8 import fp8_unsupported_reason
 from radixgen.kernels.quant_ref import dequantize as dequantize_weight
-from radixgen.kernels.quant_ref import pack_int4, quant_linear_reference, quantize_fp8_per_token, unpack_int4
+from radixgen.kernels.quant_ref import (
+    pack_int4,
+    pack_int8,
+    quant_linear_reference,
+    quantize_fp8_per_token,
+    unpack_int4,
+    unpack_int8,
+)
 from radixgen.kernels.quant_weight import (
     Fp8Weight,
     GGUFWeight,
     Int4Weight,
+    Int8Weight,
     LinearWeight,
     QuantizedWeight,
     StackedWeight,
@@ -80,6 +89,7 @@ __all__ = [
     "Fp8Weight",
     "GGUFWeight",
     "Int4Weight",
+    "Int8Weight",
     "LinearWeight",
     "QuantizedWeight",
     "StackedWeight",
@@ -105,6 +115,7 @@ __all__ = [
     "multi_query_decode_attention",
     "multi_query_decode_attention_reference",
     "pack_int4",
+    "pack_int8",
     "plan_copy_step",
     "plan_extend",
     "quant_linear",
@@ -120,5 +131,6 @@ __all__ = [
     "store_kv_reference",
     "triton_attention_runs",
     "unpack_int4",
+    "unpack_int8",
     "weight_nbytes",
 ]

@@ -29,6 +29,7 @@ from radixgen.kernels.quant_weight import (
     Fp8Weight,
     GGUFWeight,
     Int4Weight,
+    Int8Weight,
     LinearWeight,
     QuantizedWeight,
     StackedWeight,
@@ -110,7 +111,7 @@ def _dequant_matmul_triton() -> Callable[..., Tensor] | None:
 
 def quant_linear(x: Tensor, weight: QuantizedWeight, bias: Tensor | None = None) -> Tensor:
     """x @ dequantize(weight).T (+ bias) in x's dtype: on CUDA an Fp8Weight through the FP8 GEMV (few rows) or
-    `torch._scaled_mm`, an Int4Weight or GGUFWeight through the dequantizing Triton matmul; elsewhere
+    `torch._scaled_mm`, an Int4Weight, Int8Weight or GGUFWeight through the dequantizing Triton matmul; elsewhere
     `quant_linear_reference`."""
     if isinstance(weight, StackedWeight):
         out = torch.cat([quant_linear(x, part) for part in weight.parts], dim=-1)
@@ -121,7 +122,7 @@ def quant_linear(x: Tensor, weight: QuantizedWeight, bias: Tensor | None = None)
 
             if fp8_cuda_runs(x.numel() // weight.shape[1], weight):
                 return fp8_linear_cuda(x, weight, bias)
-        kernel = _dequant_matmul_triton() if isinstance(weight, Int4Weight | GGUFWeight) else None
+        kernel = _dequant_matmul_triton() if isinstance(weight, Int4Weight | Int8Weight | GGUFWeight) else None
         if kernel is not None:
             return kernel(x, weight, bias)
     return quant_ref.quant_linear_reference(x, weight, bias)

@@ -78,14 +78,20 @@ def _q4_k(b: Tensor) -> Tensor:
     return (d * q - dm).reshape(n, 256)
 
 
-def _q6_k(b: Tensor) -> Tensor:
+def q6_k_values(b: Tensor) -> tuple[Tensor, Tensor]:
+    """[n, 210] uint8 Q6_K blocks -> (q int8 [n, 256] in -32..31, scales fp32 [n, 16] = d * sc, exact): the
+    block's element e is q[e] * scales[e // 16]."""
     n = b.shape[0]
     ql = _nibbles(b[:, :128], 64).reshape(n, 8, 32)
     shifts = torch.tensor([0, 2, 4, 6], dtype=torch.uint8, device=b.device).view(1, 1, 4, 1)
     qh = ((b[:, 128:192].reshape(n, 2, 1, 32) >> shifts) & 0x03).reshape(n, 8, 32)
-    q = ((ql | (qh << 4)).to(torch.int8) - 32).reshape(n, 16, 16).float()
-    d = (_f16(b[:, 208:210]) * b[:, 192:208].contiguous().view(torch.int8).float()).reshape(n, 16, 1)
-    return (d * q).reshape(n, 256)
+    q = ((ql | (qh << 4)).to(torch.int8) - 32).reshape(n, 256)
+    return q, _f16(b[:, 208:210]) * b[:, 192:208].contiguous().view(torch.int8).float()
+
+
+def _q6_k(b: Tensor) -> Tensor:
+    q, scales = q6_k_values(b)
+    return (scales.unsqueeze(-1) * q.reshape(-1, 16, 16).float()).reshape(-1, 256)
 
 
 _DECODERS: dict[int, Callable[[Tensor], Tensor]] = {

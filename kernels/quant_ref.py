@@ -12,7 +12,14 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from radixgen.kernels.gguf_ref import dequantize_blocks
-from radixgen.kernels.quant_weight import Fp8Weight, GGUFWeight, Int4Weight, QuantizedWeight, StackedWeight
+from radixgen.kernels.quant_weight import (
+    Fp8Weight,
+    GGUFWeight,
+    Int4Weight,
+    Int8Weight,
+    QuantizedWeight,
+    StackedWeight,
+)
 
 FP8_MAX = 448.0  # largest finite float8_e4m3fn
 FP8_MIN_SCALE = 1e-12  # an all-zero row quantizes with this scale instead of dividing by zero
@@ -33,6 +40,20 @@ def pack_int4(q: Tensor) -> Tensor:
     return (q << shifts.view(1, -1, 1)).sum(dim=1, dtype=torch.int32)
 
 
+def unpack_int8(qweight: Tensor) -> Tensor:
+    """int32 [K // 4, N] (4 bytes along K per word, lowest first, two's complement) -> int32 [K, N] in -128..127."""
+    shifts = torch.arange(0, 32, 8, device=qweight.device, dtype=torch.int32)
+    q = (qweight.unsqueeze(1) >> shifts.view(1, -1, 1)) & 0xFF
+    return (q - ((q & 0x80) << 1)).reshape(-1, qweight.shape[1])
+
+
+def pack_int8(q: Tensor) -> Tensor:
+    """int [K, N] in -128..127 -> int32 [K // 4, N]: the inverse of `unpack_int8`, by viewing each column's
+    bytes as words (little-endian: byte k % 4 of a word is its bits 8 * (k % 4) and up), one byte per value
+    in flight."""
+    return q.to(torch.int8).t().contiguous().view(torch.int32).t().contiguous()
+
+
 def dequantize(w: QuantizedWeight, dtype: torch.dtype = torch.float32) -> Tensor:
     """The [N, K] matrix `w` stands for, in `dtype` (an Int4Weight's rows in its stored, perm-ed K order)."""
     if isinstance(w, Int4Weight):
@@ -42,6 +63,9 @@ def dequantize(w: QuantizedWeight, dtype: torch.dtype = torch.float32) -> Tensor
         if w.mins is not None:
             return (q * scales - w.mins.float().repeat_interleave(g, dim=0)).t().to(dtype)
         return ((q - w.offsets.float().repeat_interleave(g, dim=0)) * scales).t().to(dtype)
+    if isinstance(w, Int8Weight):
+        scales = w.scales.float().repeat_interleave(w.group_size, dim=0)
+        return (unpack_int8(w.qweight).float() * scales).t().to(dtype)
     if isinstance(w, Fp8Weight):
         return (w.weight.float() * w.scale.view(-1, 1)).to(dtype)
     if isinstance(w, GGUFWeight):

@@ -14,6 +14,8 @@ from torch import Tensor
 
 INT4_GROUP_SIZES = (32, 64, 128)
 INT4_PACK = 8  # int4 values per int32
+INT8_GROUP_SIZES = (16, 32, 64, 128)
+INT8_PACK = 4  # int8 values per int32
 SPLIT_TILE_COLUMNS = 32  # the narrowest output tile of a split-K matmul: one lock per tile of it per 16 rows
 SPLIT_ROW_TILES = 8  # ... for the rows a split-K matmul takes (fewer than 128)
 
@@ -63,6 +65,32 @@ class Int4Weight:
     def nbytes(self) -> int:
         parts = (self.qweight, self.scales, self.offsets) + ((self.perm,) if self.perm is not None else ())
         return sum(t.numel() * t.element_size() for t in parts)
+
+
+@dataclass(frozen=True)
+class Int8Weight:
+    """W8A16 with group scales and no zero points (GGUF's Q8_0 and Q6_K, repacked), packed along K in int32
+    words as Int4Weight is, four signed bytes to a word, lowest first:
+
+        q[k, n]  = byte k % 4 of qweight[k // 4, n], as a two's complement int8
+        w[n, k]  = q[k, n] * scales[k // g, n]"""
+
+    qweight: Tensor  # int32 [K // 4, N]
+    scales: Tensor  # float16 (Q8_0's d as stored) or float32 (Q6_K's d * sub-block scale) [K // g, N]
+    group_size: int
+    locks: Tensor = field(init=False, repr=False, compare=False)  # the split-K matmul's tile counters
+
+    def __post_init__(self) -> None:
+        if self.group_size not in INT8_GROUP_SIZES:
+            raise ValueError(f"int8 group size {self.group_size} is not one of {INT8_GROUP_SIZES}")
+        object.__setattr__(self, "locks", _split_locks(self.qweight.shape[1], self.qweight.device))
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.qweight.shape[1], self.qweight.shape[0] * INT8_PACK
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.qweight, self.scales))
 
 
 @dataclass(frozen=True)
@@ -122,7 +150,7 @@ class StackedWeight:
         return sum(p.nbytes() for p in self.parts)
 
 
-QuantizedWeight = Int4Weight | Fp8Weight | GGUFWeight | StackedWeight
+QuantizedWeight = Int4Weight | Int8Weight | Fp8Weight | GGUFWeight | StackedWeight
 LinearWeight = Tensor | QuantizedWeight
 
 

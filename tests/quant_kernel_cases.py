@@ -20,9 +20,11 @@ from radixgen.kernels import (
     Fp8Weight,
     GGUFWeight,
     Int4Weight,
+    Int8Weight,
     QuantizedWeight,
     dequantize_weight,
     pack_int4,
+    pack_int8,
     quant_linear_reference,
 )
 from radixgen.kernels.gguf_ref import Q4_0, Q4_1, Q4_K, Q6_K, Q8_0
@@ -36,7 +38,8 @@ FP8_QUANT_TOLERANCE = {"cpu": 0.2, "cuda": 0.02}
 
 @dataclass(frozen=True)
 class Case:
-    kind: str  # "int4" (zero points), "int4-mins" (group minimums), a GGUF type name, "fp8" (the FP8 GEMV's
+    kind: str  # "int4" (zero points), "int4-mins" (group minimums), "int8" (group scales only: fp16 at group
+    # 32 as Q8_0 repacked, fp32 at group 16 as Q6_K), a GGUF type name, "fp8" (the FP8 GEMV's
     # tiles for the rows), "fp8-mma" (its tensor-core tiles at any row count), "fp8-wo" (one row, weight-only:
     # x as it is) or "fp8-wide" (the same with the one-row tiles for many channels over a short K)
     rows: int  # M
@@ -49,7 +52,7 @@ class Case:
 
     @property
     def id(self) -> str:
-        extra = f"-g{self.group}{'-act' if self.act_order else ''}" if self.kind.startswith("int4") else ""
+        extra = f"-g{self.group}{'-act' if self.act_order else ''}" if self.kind.startswith("int") else ""
         return f"{self.kind}{extra}-m{self.rows}-{self.n}x{self.k}{'-bias' if self.bias else ''}-{self.dtype}"
 
 
@@ -60,6 +63,12 @@ def cases(size: str) -> list[Case]:
         out += [Case("int4", m, 40, 256, 64, True, "float16") for m in (1, 17)]
         # K split among programs at every row count (the last slice of a tile adds the partial sums)
         out += [Case(kind, m, 72, 2048, 32) for kind in ("int4", "int4-mins") for m in (1, 3, 20)]
+        # int8: one group per tensor-core step (32) or two (16), the GEMV's ragged last step and a step of one
+        # group 16 where K is no multiple of 32 (272), split-K (2048), the dense path (130 rows), bias, fp16
+        out += [Case("int8", m, 48, 256, g) for m in (1, 2, 3, 20, 130) for g in (16, 32)]
+        out += [Case("int8", m, 40, 272, 16) for m in (1, 5, 17)]
+        out += [Case("int8", m, 72, 2048, g) for m in (1, 3, 20) for g in (16, 32)]
+        out += [Case("int8", m, 72, 1024, g, dtype="float16", bias=True) for m in (1, 4, 17) for g in (16, 32)]
         out += [Case(t.name, m, 40, 512) for t in (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K) for m in (1, 5, 17)]
         # FP8 GEMV: a partial channel tile and a ragged (masked) last step (K = 256, 1200, 300), K split among
         # programs (2048), the tensor-core tiles at 1 row too, a bias, half-precision outputs
@@ -75,6 +84,9 @@ def cases(size: str) -> list[Case]:
     out = [Case("int4", m, n, k, 128, act, "bfloat16") for m in (1, 16, 64, 256) for n, k in shapes
            for act in (False, True) if not act or m == 1]
     out += [Case("int4-mins", m, n, k, 32, False, "bfloat16") for m in (1, 4, 16, 64) for n, k in shapes]
+    out += [Case("int8", m, n, k, g, dtype="bfloat16") for g in (32, 16) for m in (1, 4, 16, 64, 256)
+            for n, k in shapes]
+    out += [Case("int8", m, 6144, 4096, 32, dtype="bfloat16", bias=True) for m in (1, 4)]
     out += [Case(t.name, m, n, k, dtype="bfloat16") for t in (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K) for m in (1, 16, 256)
             for n, k in shapes[:2]]
     out += [Case("fp8", m, n, k, dtype="bfloat16") for m in (1, 4, 15) for n, k in shapes]
@@ -116,6 +128,11 @@ def make_weight(case: Case, device: torch.device, gen: torch.Generator) -> Quant
         scales = torch.rand(groups, case.n, generator=gen) * 0.02 + 0.001
         mins = torch.rand(groups, case.n, generator=gen) * 0.1
         return Int4Weight(pack_int4(q).to(device), scales.to(device), None, case.group, mins=mins.to(device))
+    if case.kind == "int8":  # GGUF's Q8_0 (fp16 scales, group 32) or Q6_K (fp32, group 16) repacked
+        q = torch.randint(-128, 128, (case.k, case.n), generator=gen)
+        scales = torch.rand(case.k // case.group, case.n, generator=gen) * 0.002 + 0.0001
+        scales = scales if case.group == 16 else scales.half()
+        return Int8Weight(pack_int8(q).to(device), scales.to(device), case.group)
     fmt = {f.name: f for f in (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K)}[case.kind]
     dense = torch.randn(case.n, case.k, generator=gen) * 0.05
     if fmt.code in QUANTIZABLE_TYPES:
@@ -172,7 +189,7 @@ def run_case(case: Case, device: torch.device, seed: int) -> float:
 def main() -> int:
     size = sys.argv[1] if len(sys.argv) > 1 else "small"
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    results = {}
+    results: dict[str, dict[str, float | str]] = {}
     for case in cases(size):
         try:
             error = run_case(case, device, seed=1234)

@@ -1,6 +1,7 @@
-"""GGUF kept quantized (`quantization="gguf"` on CUDA) runs like the dequantized model; its 4-bit blocks repacked
-as Int4Weights dequantize to the reference's values bit for bit; the block decoders and quantizers agree with
-gguf.quants; dense models quantized at load (`quantization=...`) track the dense model."""
+"""GGUF kept quantized (`quantization="gguf"` on CUDA) runs like the dequantized model; its blocks repacked as
+Int4Weights (Q4_0, Q4_1, Q4_K) and Int8Weights (Q8_0, Q6_K) dequantize to the reference's values bit for bit;
+the block decoders and quantizers agree with gguf.quants; dense models quantized at load (`quantization=...`)
+track the dense model."""
 
 from __future__ import annotations
 
@@ -13,7 +14,15 @@ import torch
 from interpreted import run_interpreted
 from quant_fixtures import prefill_logits
 
-from radixgen.kernels import BLOCK_FORMATS, GGUFWeight, Int4Weight, LinearWeight, StackedWeight, dequantize_weight
+from radixgen.kernels import (
+    BLOCK_FORMATS,
+    GGUFWeight,
+    Int4Weight,
+    Int8Weight,
+    LinearWeight,
+    StackedWeight,
+    dequantize_weight,
+)
 from radixgen.kernels.gguf_ref import Q4_0, Q4_1, Q4_K, Q6_K, Q8_0, BlockFormat, dequantize_blocks
 from radixgen.runtime.config import ModelConfig
 from radixgen.runtime.loader import _load_gguf, load_model
@@ -46,13 +55,16 @@ def _packed_kinds(model: LlamaForCausalLM) -> set[str]:
 
 
 def _layout(w: LinearWeight) -> str:
-    """A weight's layout by name: GGUF type, int4 with zero points or minimums and its scales' dtype, parts."""
+    """A weight's layout by name: GGUF type, int4 with zero points or minimums and its scales' dtype, int8 with
+    its group and scales' dtype, parts."""
     if isinstance(w, StackedWeight):
         return "+".join(_layout(p) for p in w.parts)
     if isinstance(w, GGUFWeight):
         return BLOCK_FORMATS[w.qtype].name
     if isinstance(w, Int4Weight):
         return f"int4-{'zeros' if w.mins is None else 'mins'}-{str(w.scales.dtype).removeprefix('torch.')}"
+    if isinstance(w, Int8Weight):
+        return f"int8-g{w.group_size}-{str(w.scales.dtype).removeprefix('torch.')}"
     return "dense"
 
 
@@ -141,35 +153,43 @@ def test_default_gguf_on_cuda_keeps_blocks_and_tracks_the_cpu_model(default_mode
                                                                            7])) < 5e-2
 
 
-# --- Q4_0 / Q4_1 / Q4_K repacked as Int4Weight ------------------------------------------------------------------
+# --- Q4_0 / Q4_1 / Q4_K repacked as Int4Weight, Q8_0 / Q6_K as Int8Weight ---------------------------------------
 
-REPACKED = [Q4_0, Q4_1, Q4_K]
-# bits per weight: the GGUF block, and the Int4Weight it becomes (4-bit q + a scale and an offset per 32)
-BLOCK_BPW = {Q4_0.code: 4.5, Q4_1.code: 5.0, Q4_K.code: 4.5}
-REPACKED_BPW = {Q4_0.code: 5.0, Q4_1.code: 5.0, Q4_K.code: 6.0}  # fp16, fp16, fp32 scales and offsets
+REPACKED = [Q4_0, Q4_1, Q4_K, Q8_0, Q6_K]
+# bits per weight: the GGUF block, and the weight it becomes: 4-bit q + an fp16 (Q4_0, Q4_1) or fp32 (Q4_K) scale
+# and offset per 32; 8-bit q + an fp16 scale per 32 (Q8_0) or an fp32 scale per 16 (Q6_K)
+BLOCK_BPW = {Q4_0.code: 4.5, Q4_1.code: 5.0, Q4_K.code: 4.5, Q8_0.code: 8.5, Q6_K.code: 6.5625}
+REPACKED_BPW = {Q4_0.code: 5.0, Q4_1.code: 5.0, Q4_K.code: 6.0, Q8_0.code: 8.5, Q6_K.code: 10.0}
+REPACKED_LAYOUT = {Q4_0.code: "int4-zeros-float16", Q4_1.code: "int4-mins-float16", Q4_K.code: "int4-mins-float32",
+                   Q8_0.code: "int8-g32-float16", Q6_K.code: "int8-g16-float32"}
 EXTREME_HALVES = (65504.0, -65504.0, 2.0**-24, -(2.0**-24), 2.0**-14, 0.0, -0.0, 1.0, -1.0, 0.0999)
+HALF_FIELDS = {Q4_0.code: (0,), Q4_1.code: (0, 2), Q4_K.code: (0, 2), Q8_0.code: (0,), Q6_K.code: (208,)}  # d (m)
 
 
 def random_blocks(qtype: int, rows: int, k: int, gen: torch.Generator, extremes: bool = True) -> torch.Tensor:
-    """uint8 [rows, row bytes] of random blocks: random nibbles (and Q4_K 6-bit scales and mins) with finite
-    f16 fields (d, and m or dmin) drawn over every finite bit pattern; with `extremes` the first rows take
-    EXTREME_HALVES (largest, subnormal, signed zeros), one Q4_K super-block has every 6-bit field 63, one 0."""
+    """uint8 [rows, row bytes] of random blocks: random quants (and Q4_K 6-bit, Q6_K 8-bit scales and mins) with
+    finite f16 fields (d, and m or dmin) drawn over every finite bit pattern; with `extremes` the first rows take
+    EXTREME_HALVES (largest, subnormal, signed zeros), one Q4_K super-block has every 6-bit field 63, one 0, and
+    the first Q6_K super-blocks of the largest d's rows have every sub-block scale -128 and 127."""
     fmt = BLOCK_FORMATS[qtype]
     blocks = torch.randint(0, 256, (rows, k // fmt.block_elems, fmt.block_bytes), dtype=torch.uint8, generator=gen)
-    fields = 1 if qtype == Q4_0.code else 2
-    bits = torch.randint(0, 0x7C00, (rows, blocks.shape[1], fields), generator=gen)  # finite magnitudes
+    offsets = HALF_FIELDS[qtype]
+    bits = torch.randint(0, 0x7C00, (rows, blocks.shape[1], len(offsets)), generator=gen)  # finite magnitudes
     bits |= torch.randint(0, 2, bits.shape, generator=gen) << 15
     if extremes:
         table = torch.tensor(EXTREME_HALVES, dtype=torch.float16).view(torch.int16).to(torch.int64) & 0xFFFF
         for r in range(min(rows, len(EXTREME_HALVES))):
-            bits[r, :, 0] = table[r]
-            if fields == 2:
-                bits[r, :, 1] = table[(r + 3) % len(table)]
-    halves = torch.stack([bits & 0xFF, bits >> 8], dim=-1).reshape(rows, blocks.shape[1], 2 * fields)
-    blocks[..., : 2 * fields] = halves.to(torch.uint8)
+            for j in range(len(offsets)):
+                bits[r, :, j] = table[(r + 3 * j) % len(table)]
+    for j, at in enumerate(offsets):
+        blocks[..., at] = (bits[..., j] & 0xFF).to(torch.uint8)
+        blocks[..., at + 1] = (bits[..., j] >> 8).to(torch.uint8)
     if qtype == Q4_K.code and extremes:
         blocks[-1, 0, 4:16] = 0xFF
         blocks[-1, -1, 4:16] = 0x00
+    if qtype == Q6_K.code and extremes:
+        blocks[0:2, 0, 192:208] = 0x80
+        blocks[0:2, 1, 192:208] = 0x7F
     return blocks.reshape(rows, -1)
 
 
@@ -179,15 +199,15 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 
 @pytest.mark.parametrize("fmt", REPACKED, ids=lambda f: f.name)
 def test_repack_dequantizes_bit_for_bit_like_the_reference(fmt: BlockFormat) -> None:
-    """Random blocks with finite but extreme scales and minimums: the Int4Weight's values are the reference's
-    (and gguf.quants') bits, element order inside the blocks included; its layout and size per weight."""
+    """Random blocks with finite but extreme scales and minimums: the Int4Weight's or Int8Weight's values are the
+    reference's (and gguf.quants') bits, element order inside the blocks included; its layout and size per
+    weight."""
     gen = torch.Generator().manual_seed(fmt.code)
     rows, k = 24, 1024
     blocks = random_blocks(fmt.code, rows, k, gen)
     w = repack_blocks(blocks, fmt.code, k)
-    assert w.shape == (rows, k) and w.group_size == 32 and w.perm is None
-    assert (w.zeros is not None) == (fmt.code == Q4_0.code)
-    assert w.scales.dtype == w.offsets.dtype == (torch.float32 if fmt.code == Q4_K.code else torch.float16)
+    assert w.shape == (rows, k) and _layout(w) == REPACKED_LAYOUT[fmt.code]
+    assert isinstance(w, Int8Weight) or w.perm is None
     want = dequantize_blocks(blocks, fmt.code)
     assert _bits(dequantize_weight(w)).equal(_bits(want))
     with np.errstate(all="ignore"):
@@ -200,9 +220,11 @@ def test_repack_dequantizes_bit_for_bit_like_the_reference(fmt: BlockFormat) -> 
 def test_repack_refuses_other_types_and_ragged_rows() -> None:
     blocks = random_blocks(Q4_0.code, 2, 64, torch.Generator().manual_seed(0))
     with pytest.raises(ValueError, match="not one of"):
-        repack_blocks(blocks, Q8_0.code, 64)
+        repack_blocks(blocks, gguf.GGMLQuantizationType.Q5_0.value, 64)
     with pytest.raises(ValueError, match="do not hold"):
         repack_blocks(blocks, Q4_0.code, 96)
+    with pytest.raises(ValueError, match="do not hold"):
+        repack_blocks(blocks, Q8_0.code, 64)
     assert {f.code for f in REPACKED} == REPACKED_TYPES
 
 
@@ -212,9 +234,11 @@ MIXED_TYPES = (
      "ffn_down": Q8_0},
     {"attn_q": Q4_0, "attn_k": Q4_0, "attn_v": Q4_0, "attn_output": Q4_1, "ffn_gate": Q4_K, "ffn_up": Q4_1,
      "ffn_down": Q4_K},
+    {"attn_q": Q8_0, "attn_k": Q8_0, "attn_v": Q8_0, "attn_output": Q6_K, "ffn_gate": Q6_K, "ffn_up": Q6_K,
+     "ffn_down": Q8_0},
 )
-MIXED_LAYOUTS = {"int4-mins-float32+int4-mins-float32+Q6_K", "int4-zeros-float16", "int4-mins-float16", "Q8_0",
-                 "int4-mins-float32+int4-mins-float16", "int4-mins-float32"}
+MIXED_LAYOUTS = {"int4-mins-float32+int4-mins-float32+int8-g16-float32", "int4-zeros-float16", "int4-mins-float16",
+                 "int8-g32-float16", "int4-mins-float32+int4-mins-float16", "int4-mins-float32", "int8-g16-float32"}
 MIXED = {"hidden": 256, "inter": 512, "heads": 4, "kv_heads": 2, "vocab": 512}
 
 
@@ -262,14 +286,15 @@ def write_mixed_gguf(path: Path) -> Path:
 
 
 def test_mixed_gguf_repacked_gives_the_dequantized_logits(tmp_path) -> None:
-    """A file of every repacked type beside Q6_K and Q8_0 (same-slot mixes stacked, like layouts fused): the
-    repacked model, the blocks-only model and the dense dequantized model give the same logits in fp32."""
+    """A file of every repacked type (same-slot mixes stacked, like layouts fused: an all-Q8_0 q/k/v and a Q6_K
+    gate/up become one Int8Weight each): the repacked model, the blocks-only model and the dense dequantized
+    model give the same logits in fp32."""
     path = write_mixed_gguf(tmp_path / "mixed.gguf")
     repacked, config = _load_kept_quantized(path, repack=True)
     blocks, _ = _load_kept_quantized(path, repack=False)
     dense, _ = load_model(path)
     assert _layouts(repacked) == MIXED_LAYOUTS
-    assert _layouts(blocks) == {"Q4_K+Q4_K+Q6_K", "Q4_0", "Q4_1", "Q8_0", "Q4_K+Q4_1", "Q4_K"}
+    assert _layouts(blocks) == {"Q4_K+Q4_K+Q6_K", "Q4_0", "Q4_1", "Q8_0", "Q4_K+Q4_1", "Q4_K", "Q6_K"}
     for r, b in zip(repacked.linear_slots(), blocks.linear_slots()):  # the same values, rows in the same order
         assert _bits(dequantize_weight(r.weight)).equal(_bits(dequantize_weight(b.weight)))
     ids = [1, 7, 300, 42, 5, 511, 64, 2]
@@ -283,17 +308,20 @@ def matmul_blocks(fmt: BlockFormat, rows: int, k: int, gen: torch.Generator) -> 
     """`random_blocks` with the magnitudes of a real layer (d ~ 1e-3..1e-2, minimums a few d): for matmuls."""
     blocks = random_blocks(fmt.code, rows, k, gen, extremes=False).reshape(rows, k // fmt.block_elems, -1)
     d = torch.rand(rows, blocks.shape[1], 1, generator=gen) * 0.01 + 0.001
-    fields = d if fmt.code == Q4_0.code else torch.cat([d, d * 8 * torch.rand(d.shape, generator=gen)], dim=-1)
+    offsets = HALF_FIELDS[fmt.code]
+    fields = d if len(offsets) == 1 else torch.cat([d, d * 8 * torch.rand(d.shape, generator=gen)], dim=-1)
     if fmt.code == Q4_1.code:
         fields[..., 1] *= -1  # m: the block's minimum, below zero
-    blocks[..., : 2 * fields.shape[-1]] = fields.half().view(torch.uint8)
+    halves = fields.half().view(torch.uint8)
+    for j, at in enumerate(offsets):
+        blocks[..., at:at + 2] = halves[..., 2 * j:2 * j + 2]
     return blocks.reshape(rows, -1)
 
 
 def repacked_kernel_errors(device: str, n: int, k: int, rows: tuple[int, ...], dtype: str) -> dict[str, float]:
     """Per repacked type, on `device`: "<type>-dequant", how many values the Triton dequantization of the
-    Int4Weight gives other than the reference decode of the blocks; "<type>-m<rows>", the relative error of
-    the Triton matmul on the Int4Weight against the reference matmul on the blocks (fp32 copies of x)."""
+    Int4Weight or Int8Weight gives other than the reference decode of the blocks; "<type>-m<rows>", the relative
+    error of the Triton matmul on it against the reference matmul on the blocks (fp32 copies of x)."""
     from radixgen.kernels import quant_linear_reference
     from radixgen.kernels.dequant_matmul_triton import dequant_matmul_triton, dequantize_triton
 
@@ -319,8 +347,8 @@ def _check_kernel_errors(errors: dict[str, float], tolerance: float) -> None:
 
 
 def test_triton_interpret_runs_repacked_weights_like_the_reference() -> None:
-    """The int4 kernels (one-row GEMV, few-row GEMV, tiled matmul, dequantization) on repacked weights, under
-    the Triton interpreter at small shapes (K = 768: steps that do not divide it)."""
+    """The int4 and int8 kernels (one-row GEMV, few-row broadcast product, tiled matmul, dequantization) on
+    repacked weights, under the Triton interpreter at small shapes (K = 768: GEMV steps that do not divide it)."""
     from quant_kernel_cases import TOLERANCE
 
     code = (f"import json, sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import test_quant_gguf as t; "
@@ -333,15 +361,17 @@ def test_triton_interpret_runs_repacked_weights_like_the_reference() -> None:
 @pytest.mark.gpu
 def test_cuda_runs_repacked_weights_like_the_reference() -> None:
     """At a real size (Llama-3-8B's fused q/k/v): the repack on the GPU is the CPU's bit for bit, and the compiled
-    int4 kernels on it match the reference on the blocks."""
+    int4 and int8 kernels on it match the reference on the blocks."""
     from quant_kernel_cases import TOLERANCE
+
+    def tensors(w: Int4Weight | Int8Weight) -> tuple[torch.Tensor, ...]:
+        return (w.qweight, w.scales) + ((w.offsets,) if isinstance(w, Int4Weight) else ())
 
     gen = torch.Generator().manual_seed(3)
     for fmt in REPACKED:
         blocks = random_blocks(fmt.code, 6144, 4096, gen)
         on_gpu, on_cpu = repack_blocks(blocks.cuda(), fmt.code, 4096), repack_blocks(blocks, fmt.code, 4096)
-        for a, b in ((on_gpu.qweight, on_cpu.qweight), (on_gpu.scales, on_cpu.scales),
-                     (on_gpu.offsets, on_cpu.offsets)):
+        for a, b in zip(tensors(on_gpu), tensors(on_cpu), strict=True):
             assert torch.equal(a.cpu().view(torch.uint8), b.view(torch.uint8)), fmt.name
     _check_kernel_errors(repacked_kernel_errors("cuda", 6144, 4096, (1, 4, 16, 64), "bfloat16"),
                          TOLERANCE[torch.bfloat16])

@@ -7,6 +7,7 @@ real (Llama-3-8B) shapes too.
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 
@@ -17,7 +18,15 @@ from interpreted import run_interpreted
 from quant_kernel_cases import TOLERANCE, Case, cases, make_weight, run_case
 
 from radixgen import kernels
-from radixgen.kernels import Fp8Weight, StackedWeight, dequantize_weight, quant_linear_reference
+from radixgen.kernels import (
+    Fp8Weight,
+    Int8Weight,
+    StackedWeight,
+    dequantize_weight,
+    pack_int8,
+    quant_linear_reference,
+    unpack_int8,
+)
 from radixgen.runtime.quant.rtn import quantize_fp8, quantize_int4_rtn
 
 SMALL = cases("small")
@@ -106,6 +115,79 @@ def test_int4_reference_is_dequantize_then_matmul(group: int) -> None:
     torch.testing.assert_close(kernels.linear(x, q), F.linear(x, dense))
 
 
+def test_int8_packs_signed_bytes_along_k_and_its_reference_is_dequantize_then_matmul() -> None:
+    """Byte k % 4 of word [k // 4, n] is q[k, n] (two's complement, every value of -128..127); the reference
+    multiplies by each group's scale."""
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randint(-128, 128, (64, 5), generator=gen)
+    q[:, 0] = torch.arange(-128, 128, 4)  # the extremes and every residue of k % 4
+    words = pack_int8(q)
+    assert words.dtype == torch.int32 and words.shape == (16, 5)
+    assert torch.equal(unpack_int8(words), q)
+    assert torch.equal((words[3, 1] >> 16) & 0xFF, q[14, 1] & 0xFF)
+    scales = torch.rand(4, 5, generator=gen).half()
+    w = Int8Weight(words, scales, 16)
+    assert w.shape == (5, 64) and w.nbytes() == 16 * 5 * 4 + 4 * 5 * 2
+    dense = dequantize_weight(w)
+    assert torch.equal(dense, (q.float() * scales.float().repeat_interleave(16, 0)).t())
+    x = torch.randn(3, 64, generator=gen)
+    torch.testing.assert_close(kernels.linear(x, w), F.linear(x, dense))
+    with pytest.raises(ValueError, match="group size"):
+        Int8Weight(words, scales, 8)
+
+
+# the packed-integer kernels at their launch settings: (id, kernel, constexprs, scales dtype, PTX it must hold)
+_INT_KERNELS = [
+    ("gemv-int4-zeros-g128", "_int_gemv1_kernel",
+     {"FORMAT": 1000, "GROUP": 128, "BITS": 4, "BLOCK_N": 32, "BLOCK_K": 512, "HAS_BIAS": False}, "fp16",
+     ("ld.global.v4",)),
+    ("gemv-int8-g32", "_int_gemv1_kernel",
+     {"FORMAT": 1002, "GROUP": 32, "BITS": 8, "BLOCK_N": 32, "BLOCK_K": 256, "HAS_BIAS": True}, "fp16",
+     ("ld.global.v4",)),
+    ("gemv-int8-g16", "_int_gemv1_kernel",
+     {"FORMAT": 1002, "GROUP": 16, "BITS": 8, "BLOCK_N": 32, "BLOCK_K": 256, "HAS_BIAS": False}, "fp32",
+     ("ld.global.v4",)),
+    ("dequant-int8-g16", "_dequant_kernel",
+     {"FORMAT": 1002, "GROUP": 16, "BITS": 8, "BLOCK_N": 64, "BLOCK_K": 32}, "fp32", ("ld.global.v4",)),
+] + [(f"tiles-int8-g{g}-m{m}", "_dequant_matmul_kernel",
+      {"FORMAT": 1002, "GROUP": g, "BITS": 8, "BLOCK_M": m, "BLOCK_N": 64 if m >= 16 else 32, "BLOCK_K": 32,
+       "HAS_BIAS": False}, "fp16" if g == 32 else "fp32", ("mma",) if m >= 16 else ())
+     for g in (32, 16) for m in (2, 16, 64)] + [
+    ("tiles-int4-mins-g32-m16", "_dequant_matmul_kernel",
+     {"FORMAT": 1001, "GROUP": 32, "BITS": 4, "BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 32, "HAS_BIAS": False},
+     "fp32", ("mma",))]
+
+
+@pytest.mark.parametrize(("name", "kernel", "constexprs", "scales", "needs"), _INT_KERNELS,
+                         ids=[k[0] for k in _INT_KERNELS])
+def test_integer_kernels_compile_for_h200(name: str, kernel: str, constexprs: dict, scales: str,
+                                          needs: tuple[str, ...]) -> None:
+    """Compiled for sm_90 on the CPU (the interpreter accepts code the compiler rejects): every step's words load
+    16 bytes per thread, 16 rows and more run on tensor cores, and no value goes through an int-to-float
+    conversion."""
+    triton = pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from radixgen.kernels import dequant_matmul_triton
+
+    fn = getattr(dequant_matmul_triton, kernel)
+    pointers = {"x": "bf16", "w0": "i32", "qweight": "i32", "w1": scales, "scales": scales, "w2": scales,
+                "offsets": scales, "out": "bf16", "partial": "fp32", "locks": "i32", "bias": "bf16"}
+    signature: dict[str, str] = {}
+    attrs: dict[tuple[int, ...], list[list[object]]] = {}
+    for i, arg in enumerate(fn.arg_names):
+        signature[arg] = "constexpr" if arg in constexprs else "*" + pointers[arg] if arg in pointers else "i32"
+        if arg in pointers or arg in ("N", "K", "stride_xm", "K_PER_SPLIT"):  # as specialized at launch
+            attrs[(i,)] = [["tt.divisibility", 16]]
+    source = ASTSource(fn=fn, signature=signature, attrs=attrs,
+                       constexprs={(fn.arg_names.index(k),): v for k, v in constexprs.items()})
+    ptx = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4}).asm["ptx"]
+    for instruction in needs:
+        assert instruction in ptx, f"{name}: no {instruction} in the sm_90 PTX"
+    assert "cvt.rn.f32.s32" not in ptx, name
+
+
 def test_fp8_reference_quantizes_activations_per_token() -> None:
     gen = torch.Generator().manual_seed(0)
     w, x = torch.randn(32, 64, generator=gen), torch.randn(5, 64, generator=gen)
@@ -154,15 +236,17 @@ def test_fp8_linear_matches_reference_on_cuda(rows: int, shape: tuple[int, int])
 
 @pytest.mark.gpu
 def test_quantized_linears_capture_in_a_cuda_graph() -> None:
-    """No host syncs or data-dependent allocations inside: the graph replays the eager result."""
+    """No host syncs or data-dependent allocations inside: the graph replays the eager result (int4, FP8, GGUF
+    blocks, int8 at groups 32 and 16)."""
     if kernels.fp8_unsupported_reason(torch.device("cuda")) is not None:
         pytest.skip("this GPU has no FP8 tensor cores")
     gen = torch.Generator(device="cuda").manual_seed(0)
     w = torch.randn(1024, 512, device="cuda", generator=gen, dtype=torch.bfloat16) * 0.05
-    weights = [quantize_int4_rtn(w, 128), quantize_fp8(w),
-               make_weight(Case("Q4_K", 1, 1024, 512), torch.device("cuda"), torch.Generator().manual_seed(1))]
-    for weight in weights:
-        x = torch.randn(4, 512, device="cuda", generator=gen, dtype=torch.bfloat16)
+    cases = (Case("Q4_K", 1, 1024, 512), Case("int8", 1, 1024, 512, 32), Case("int8", 1, 1024, 512, 16))
+    weights = [quantize_int4_rtn(w, 128), quantize_fp8(w)] + [
+        make_weight(c, torch.device("cuda"), torch.Generator().manual_seed(1)) for c in cases]
+    for weight, rows in itertools.product(weights, (1, 4)):  # the one-row GEMVs, the tiled kernels
+        x = torch.randn(rows, 512, device="cuda", generator=gen, dtype=torch.bfloat16)
         eager = kernels.linear(x, weight)
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())

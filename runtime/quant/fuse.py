@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import torch
 
-from radixgen.kernels import Fp8Weight, GGUFWeight, Int4Weight, LinearWeight, QuantizedWeight, StackedWeight
+from radixgen.kernels import (
+    Fp8Weight,
+    GGUFWeight,
+    Int4Weight,
+    Int8Weight,
+    LinearWeight,
+    QuantizedWeight,
+    StackedWeight,
+)
 
 
 def _same_perm(parts: list[Int4Weight]) -> bool:
@@ -15,7 +23,8 @@ def _same_perm(parts: list[Int4Weight]) -> bool:
 
 def fuse_shards(shards: list[LinearWeight]) -> LinearWeight:
     """cat(shards, dim=0) as a weight: one packed tensor set where the shards share a layout (dense, int4 with one
-    group size and input order, FP8, GGUF of one type), else a StackedWeight of the parts."""
+    group size and input order, int8 with one group size and scale dtype, FP8, GGUF of one type), else a
+    StackedWeight of the parts."""
     if len(shards) == 1:
         return shards[0]
     if all(isinstance(s, torch.Tensor) for s in shards):
@@ -32,6 +41,10 @@ def fuse_shards(shards: list[LinearWeight]) -> LinearWeight:
         return Int4Weight(torch.cat([s.qweight for s in int4], dim=1), torch.cat([s.scales for s in int4], dim=1),
                           None if with_mins else offsets, int4[0].group_size, int4[0].perm,
                           mins=offsets if with_mins else None)
+    int8 = [s for s in quantized if isinstance(s, Int8Weight)]
+    if len(int8) == len(quantized) and len({(s.group_size, s.scales.dtype) for s in int8}) == 1:
+        return Int8Weight(torch.cat([s.qweight for s in int8], dim=1), torch.cat([s.scales for s in int8], dim=1),
+                          int8[0].group_size)
     fp8 = [s for s in quantized if isinstance(s, Fp8Weight)]
     if len(fp8) == len(quantized):
         return Fp8Weight(torch.cat([s.weight for s in fp8], dim=0), torch.cat([s.scale for s in fp8], dim=0))

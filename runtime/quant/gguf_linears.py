@@ -1,10 +1,10 @@
 """GGUF layer linears kept quantized (CUDA): which slots stay packed, and their shards fused once loaded.
 
 A slot stays packed when every shard's type is one the dequantizing matmul decodes (`kernels.BLOCK_FORMATS`).
-Q4_0, Q4_1 and Q4_K shards are repacked into Int4Weights as they arrive (`gguf_repack`: the same values, read
-by the int4 matmul); the other types stay GGUFWeights, as stored. Shards that cannot share one layout (a Q4_K
-q/k with a Q6_K v) become a StackedWeight. Any other slot is given a dense weight to be filled by the usual
-dequantize-at-load path.
+Q4_0, Q4_1 and Q4_K shards are repacked into Int4Weights, Q8_0 and Q6_K into Int8Weights, as they arrive
+(`gguf_repack`: the same values, read by the int4 / int8 matmul); any other type would stay a GGUFWeight, as
+stored. Shards that cannot share one layout (a Q4_K q/k with a Q6_K v) become a StackedWeight. Any other slot is
+given a dense weight to be filled by the usual dequantize-at-load path.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 import torch
 
-from radixgen.kernels import BLOCK_FORMATS, GGUFWeight, Int4Weight, LinearWeight
+from radixgen.kernels import BLOCK_FORMATS, GGUFWeight, Int4Weight, Int8Weight, LinearWeight
 from radixgen.runtime.errors import CorruptModelFileError
 from radixgen.runtime.models.llama import LinearSlot, LlamaForCausalLM
 from radixgen.runtime.quant.fuse import fuse_shards
@@ -25,8 +25,8 @@ class GGUFLinearBlocks:
 
     def __init__(self, model: LlamaForCausalLM, tensor_types: Mapping[str, int], source: str,
                  repack: bool = True) -> None:
-        """`tensor_types`: HF tensor name -> GGML type id of every tensor of the file; `repack`: 4-bit types
-        become Int4Weights (else every shard stays a GGUFWeight)."""
+        """`tensor_types`: HF tensor name -> GGML type id of every tensor of the file; `repack`: the types of
+        `gguf_repack.REPACKED_TYPES` become Int4Weights or Int8Weights (else every shard stays a GGUFWeight)."""
         self.model = model
         self.source = source
         self.repack = repack
@@ -39,7 +39,7 @@ class GGUFLinearBlocks:
                 n, k = slot.weight.shape
                 model.set_linear(slot, torch.empty(n, k, device=model.device, dtype=model.dtype))
         self.names = frozenset(prefix + ".weight" for slot in self.packed for prefix, _ in slot.shards)
-        self.shards: dict[str, Int4Weight | GGUFWeight] = {}
+        self.shards: dict[str, Int4Weight | Int8Weight | GGUFWeight] = {}
 
     def wants_blocks(self, name: str) -> bool:
         return name in self.names
