@@ -42,7 +42,7 @@ def quantize_weight(weight: torch.Tensor, target: RtnTarget) -> LinearWeight:
                        fmt.block_elems)
         return weight
     blocks = quantize_blocks(weight, fmt.code)
-    if weight.is_cuda and fmt.code in REPACKED_TYPES:  # as a GGUF file's 4-bit blocks load on CUDA
+    if weight.is_cuda and fmt.code in REPACKED_TYPES:  # as a GGUF file's blocks load on CUDA
         return repack_blocks(blocks, fmt.code, k)
     return GGUFWeight(blocks, fmt.code, k)
 

@@ -3,8 +3,8 @@
     auto       as the checkpoint is: GPTQ / AWQ / FP8 checkpoints load quantized, anything else (a GGUF file
                too) dense
     gguf       a GGUF file's weights stay quantized on CUDA: Q4_0 / Q4_1 / Q4_K repacked exactly into the int4
-               kernels' layout, other types kept in their blocks for the dequantizing kernels (dequantized at
-               load on the CPU)
+               kernels' layout, Q8_0 / Q6_K into their 8-bit form, other types kept in their blocks for the
+               dequantizing kernels (dequantized at load on the CPU)
     none       dense: a quantized checkpoint is dequantized at load
     int4       round-to-nearest int4, group 128 (`int4-g32`, `int4-g64` for smaller groups), of a dense model
     fp8        FP8 e4m3, per-output-channel scales, of a dense model
