@@ -230,6 +230,13 @@ class CudaGraphRunner:
             cost = self.eager_seconds.get(bs, replay)
         return max(1.0, cost / replay)
 
+    def decode_seconds(self, batch_size: int) -> float | None:
+        """GPU seconds of a decode step of `batch_size` requests (its graph's replays as they run, else as timed
+        at capture); None where nothing was timed."""
+        bs = self.bucket(min(batch_size, self.max_bs))
+        seen = self.measured.seconds if self.measured is not None else {}
+        return seen.get((bs, 1)) or self.replay_seconds.get(bs)
+
     def bucket(self, batch_size: int) -> int:
         """The smallest captured batch size >= batch_size."""
         return self.batch_sizes[bisect.bisect_left(self.batch_sizes, batch_size)]

@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from radixgen.tokenizer import Tokenizer
 
 T = TypeVar("T")
+DELIVER_SMOOTHING = 0.2  # weight of the newest delivery in `_deliver_seconds`
 FORCED_IDS_CACHED = 4096  # forced texts whose token ids the engine keeps (`_encode_forced`)
 
 log = logging.getLogger("radixgen.engine")
@@ -137,6 +138,10 @@ class EngineCore:
         # launched step computes its token); taken together at the end of the delivery if together they pay
         self._deferred_jumps: list[tuple[Req, bool, int]] = []
         self._jump_declined = 0  # the most tokens a declined jump of the request being delivered would save
+        # a delivery's host seconds (smoothed), and whether the one running overlaps a launched step: a jump then
+        # makes the next step wait for the host (`_sync_penalty`)
+        self._deliver_seconds = 0.0
+        self._delivering_overlapped = False
         self._forced_ids: collections.OrderedDict[tuple[str, bool], list[int]] = collections.OrderedDict()
         self.on_step: Callable[[ScheduleBatch], None] | None = None  # test hook
 
@@ -499,6 +504,8 @@ class EngineCore:
         jumped: set[str] = set()
         self._jump_row_tokens = 1
         self._deferred_jumps = []
+        self._delivering_overlapped = successor is not None
+        started = time.perf_counter()
         for j, req in enumerate(sampled.reqs):
             if req.rid in sampled.stale:
                 continue
@@ -511,6 +518,8 @@ class EngineCore:
                 self._finish(req, AbortFinish(f"{type(exc).__name__}: {exc}"))
         if self._deferred_jumps:
             jumped |= self._take_deferred_jumps()
+        took = time.perf_counter() - started
+        self._deliver_seconds += DELIVER_SMOOTHING * (took - self._deliver_seconds)
         return frozenset(jumped & launched)
 
     def _take_deferred_jumps(self) -> set[str]:
@@ -954,7 +963,8 @@ class EngineCore:
         step replays a multi-token graph or, when none takes it, runs eagerly, and every running request pays
         for it: with B running, a step costing c decode steps' time pays when the tokens it adds beyond one per
         request make up for it, saved >= B * (c - 1), c counted beyond what the jumps already taken while
-        delivering this step cost (`_jump_row_tokens`: a row no longer than theirs is free). Always, when the
+        delivering this step cost (`_jump_row_tokens`: a row no longer than theirs is free) and including, for
+        the first jump of an overlapped delivery, the wait for the host it causes (`_sync_penalty`). Always, when the
         step is eager anyway (requests are waiting to be admitted: their prefill runs with it). A declined jump
         is remembered with the tokens it would save (`declined_saves` where `saved_steps` is only a bound), so
         that jumps which do not pay alone are taken together at the end of the delivery when their sum does."""
@@ -964,13 +974,23 @@ class EngineCore:
         if self.scheduler.waiting and running < self.config.max_running_requests:
             return True
         planned = self._jump_row_tokens
-        before = self.runner.step_cost(running, planned) if planned > 1 else 1.0
-        cost = self.runner.step_cost(running, max(planned, row_tokens))
+        penalty = self._sync_penalty(running)
+        before = self.runner.step_cost(running, planned) + penalty if planned > 1 else 1.0
+        cost = self.runner.step_cost(running, max(planned, row_tokens)) + penalty
         if saved_steps >= max(running, 1) * (cost - before):
             return True
         # declined: `_take_deferred_jumps` weighs it again with the others declined for this step
         self._jump_declined = max(self._jump_declined, saved_steps if declined_saves is None else declined_saves)
         return False
+
+    def _sync_penalty(self, running: int) -> float:
+        """Decode steps' worth of time the first jump of an overlapped delivery adds: the step it makes cannot be
+        launched before the host has delivered the step in flight, so the device waits for one delivery (about
+        as long as this one). 0 where nothing overlaps or no graph step was timed (the CPU: every step eager)."""
+        if not self._delivering_overlapped:
+            return 0.0
+        decode = self.runner.decode_seconds(running)
+        return self._deliver_seconds / decode if decode else 0.0
 
     @staticmethod
     def _advance_all(matcher: GrammarMatcher, ids: list[int]) -> int:

@@ -141,6 +141,10 @@ class ModelRunner:
             return 1.0
         return self.graph_runner.step_cost(batch_size, row_tokens, every_token)
 
+    def decode_seconds(self, batch_size: int) -> float | None:
+        """GPU seconds of a decode step of `batch_size` requests where decode steps replay graphs, else None."""
+        return None if self.graph_runner is None else self.graph_runner.decode_seconds(batch_size)
+
     @property
     def max_graph_row_tokens(self) -> int | None:
         """The most new tokens per request a captured graph takes beside one-token rows (None: no graphs)."""

@@ -97,3 +97,18 @@ def test_a_request_asking_for_logprobs_samples_every_token(char_engine, monkeypa
     assert all(lp is not None and lp <= 0.0 for lp, *_ in logprobs)
     assert with_logprobs["meta_info"]["decode_steps_saved"] == 0 < plain["meta_info"]["decode_steps_saved"]
     assert with_logprobs["output_ids"] == plain["output_ids"]
+
+
+def test_the_first_jump_of_an_overlapped_delivery_pays_for_the_wait_it_causes(core, monkeypatch):
+    """Delivering while a launched step runs, a jump makes the next step wait for the host: a delivery of half
+    a decode step's time adds 0.5 to the first jump's cost, not to a later one's within its row."""
+    monkeypatch.setattr(core.scheduler, "running", [object()] * 8)
+    monkeypatch.setattr(type(core.runner), "decode_seconds", lambda self, bs: 0.010)
+    monkeypatch.setattr(core, "_deliver_seconds", 0.005)
+    monkeypatch.setattr(core, "_delivering_overlapped", True)
+    assert not core._jump_pays(11, 4) and core._jump_pays(12, 4)  # 8 x (2 + 0.5 - 1)
+    monkeypatch.setattr(core, "_jump_row_tokens", 4)
+    assert core._jump_pays(1, 4) and not core._jump_pays(7, 8) and core._jump_pays(8, 8)
+    monkeypatch.setattr(core, "_delivering_overlapped", False)
+    monkeypatch.setattr(core, "_jump_row_tokens", 1)
+    assert core._jump_pays(8, 4)
