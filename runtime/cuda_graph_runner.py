@@ -108,6 +108,9 @@ class CudaGraphRunner:
         verify_tokens = max(self.verify_sizes, default=0) * max(self.row_tokens, default=1)
         self.verify_logits_rows = torch.zeros(verify_tokens, dtype=torch.int64, device=dev)
         self._live_verify_rows = 0
+        # the host copy of the row layout (`_row_layout`) that row_lens, row_starts and verify_logits_rows hold
+        # for the last verify replay; None once anything else rewrote them
+        self._verify_layout: tuple[bytes, bytes] | None = None
         self._live_rows = 0
         self._live_tokens = 0
         self.replays = 0  # decode steps served (a count for stats and tests)
@@ -280,12 +283,15 @@ class CudaGraphRunner:
         key = (self.bucket(n), k)
         self._set_tokens(batch)
         self._set_rows(batch)
-        self.row_lens[:n].copy_(batch.extend_lens)
-        self.row_starts[:n].copy_(batch.extend_start_loc)
-        self.verify_logits_rows[:r].copy_(batch.logits_indices)
-        if self._live_verify_rows > r:
-            self.verify_logits_rows[r : self._live_verify_rows].zero_()
-        self._live_verify_rows = r
+        layout = _row_layout(batch)
+        if layout is None or layout != self._verify_layout:  # a steady speculating batch keeps its layout
+            self.row_lens[:n].copy_(batch.extend_lens)
+            self.row_starts[:n].copy_(batch.extend_start_loc)
+            self.verify_logits_rows[:r].copy_(batch.logits_indices)
+            if self._live_verify_rows > r:
+                self.verify_logits_rows[r : self._live_verify_rows].zero_()
+            self._live_verify_rows = r
+            self._verify_layout = layout
         self.verify_replays += 1
         if self.use_graphs:
             with self._timing((key[0], -k)):
@@ -332,6 +338,7 @@ class CudaGraphRunner:
         self._set_rows(batch)
         self.row_lens[:n].copy_(batch.extend_lens)
         self.row_starts[:n].copy_(batch.extend_start_loc)
+        self._verify_layout = None
         self.logits_rows[:n].copy_(batch.logits_indices if batch.logits_indices is not None
                                    else batch.last_token_indices())
         self.short_replays += 1
@@ -373,12 +380,21 @@ class CudaGraphRunner:
         self._live_rows = n
 
     def _pad_rows(self, lo: int, hi: int) -> None:
+        self._verify_layout = None
         self.req_pool_indices[lo:hi].zero_()
         self.prefix_lens[lo:hi].zero_()
         self.seq_lens[lo:hi].zero_()
         self.row_lens[lo:hi].zero_()
         self.row_starts[lo:hi].zero_()
         self.logits_rows[lo:hi].zero_()
+
+
+def _row_layout(batch: ForwardBatch) -> tuple[bytes, bytes] | None:
+    """A verify batch's tokens per request and logits rows as host bytes (what row_lens, row_starts and
+    verify_logits_rows are set from), or None where the batch lacks their host copies."""
+    if batch.host_extend_lens is None or batch.host_logits_indices is None:
+        return None
+    return batch.host_extend_lens.tobytes(), batch.host_logits_indices.tobytes()
 
 
 class ReplayTimes:

@@ -381,13 +381,14 @@ class EngineCore:
         sample_rows = rows.sample_row[sel]
         counts = rows.sample_count[sel]
         verify = bool((counts > 1).any())  # some request verifies drafts: several rows each
-        if verify:
-            within = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
-            sample_rows = np.repeat(sample_rows, counts) + within
-        if len(sample_rows) == logits.shape[0] and (sample_rows == np.arange(len(sample_rows))).all():
-            sample_logits = logits  # the usual decode step: every logits row is sampled, in order
+        total = int(counts.sum())
+        first = np.cumsum(counts) - counts  # each request's first row among the sampled rows
+        if total == logits.shape[0] and (sample_rows == first).all():
+            sample_logits = logits  # a decode or verify step: every logits row is sampled, in order
         else:
-            sample_logits = logits.index_select(0, torch.from_numpy(sample_rows).to(logits.device))
+            if verify:  # each request's rows run on from its first one
+                sample_rows = np.repeat(sample_rows - first, counts) + np.arange(total)
+            sample_logits = logits.index_select(0, host_to_device(sample_rows, logits.device))
         # Greedy constrained requests of a verify step draw unmasked: where the grammar allows the argmax it is the
         # masked argmax too, and only a refused row needs its mask (`_greedy_grammar_fixups`).
         lazy = frozenset(r.rid for j, r in enumerate(reqs) if verify and counts[j] > 1 and r.matcher is not None
@@ -575,12 +576,12 @@ class EngineCore:
             g0 = time.perf_counter()
             self._greedy_grammar_fixups(sampled, tokens, logprobs)
             self.counters.grammar_seconds += time.perf_counter() - g0
-        drafts = np.concatenate([r.draft_ids[: c - 1] for r, c in zip(reqs, counts.tolist())])
+        rows = counts.tolist()
+        drafts = np.concatenate([r.draft_ids[: c - 1] for r, c in zip(reqs, rows)])
         kept = accepted_lengths(np.asarray(tokens, dtype=np.int64), drafts, counts).tolist()
-        starts = (np.cumsum(counts) - counts).tolist()
         before = [len(r.output_ids) for r in reqs]
-        drafted = accepted = 0
-        for req, c, a, s0 in zip(reqs, counts.tolist(), kept, starts):
+        drafted = accepted = s0 = 0
+        for req, c, a in zip(reqs, rows, kept):
             req.draft_ids = req.draft_ids[:0]
             if c > 1:
                 req.spec_verify_steps += 1
@@ -588,7 +589,7 @@ class EngineCore:
                 req.spec_accepted_tokens += a
                 drafted += c - 1
                 accepted += a
-                if req.state is ReqState.RUNNING:
+                if req.state is ReqState.RUNNING and a < c - 1:
                     self.scheduler.rewind(req, req.kv_len - (c - 1 - a))  # the rejected drafts' positions
             top = [t[: req.top_logprobs_num] for t in tops[s0 : s0 + a + 1]] if tops else None
             try:
@@ -597,6 +598,7 @@ class EngineCore:
             except Exception as exc:  # one failing request never takes its batch down
                 log.exception("request %s failed", req.rid)
                 self._finish(req, AbortFinish(f"{type(exc).__name__}: {exc}"))
+            s0 += c
         sb = sampled.sb  # one row per request: kept in step, so the next step reuses it (without penalty state)
         if sb.output_counts is None and sb.seen is None:
             added = [len(r.output_ids) - n for r, n in zip(reqs, before)]

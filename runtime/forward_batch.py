@@ -47,6 +47,11 @@ class ForwardBatch:
     # Leading requests that extend by exactly one token (running decodes, which the scheduler puts first): in
     # an EXTEND batch, attention runs them through the decode kernel (runtime/attention/backend.py, split_rows).
     num_decode_rows: int = 0
+    # The host arrays `extend_lens` and `logits_indices` were sent from, where the batch was assembled on the host
+    # (None otherwise): a graph runner tells from them, without reading the device, whether its static buffers
+    # already hold this batch's row layout.
+    host_extend_lens: np.ndarray | None = None
+    host_logits_indices: np.ndarray | None = None
 
     @property
     def batch_size(self) -> int:
@@ -134,6 +139,8 @@ def assemble_forward_batch(ids: np.ndarray, prefix_lens: np.ndarray, extend_lens
         max_extend_len=int(extend_lens.max()) if len(extend_lens) else 1,
         max_seq_len=int(seq.max()) if len(seq) else 1,
         num_decode_rows=_leading_ones(extend_lens),
+        host_extend_lens=extend_lens,
+        host_logits_indices=logit_rows,
     )
 
 

@@ -8,6 +8,7 @@ requests' `SamplingParams`, then kept in step with the running batch:
     batch.append(out.next_token_ids)           # counts the new tokens (penalties, min_new_tokens, seeds)
     batch = batch.filter(keep_rows)            # requests finished
     batch = SamplingBatch.concat([batch, b2])  # requests joined
+    rows = batch.positions(counts)             # a verify step: request i's row for each of its counts[i] positions
 
 Rebuilding with `build` from the requests' token lists is always equivalent (after preemption, say); it costs
 one scatter over the tokens instead of one per step.
@@ -38,6 +39,7 @@ from radixgen.runtime.forward_batch import host_to_device
 from radixgen.runtime.sampling_params import SamplingParams
 
 TokenIds = Sequence[int] | np.ndarray | torch.Tensor
+POSITIONS_KEPT = 16  # `SamplingBatch.positions` results a batch keeps: at batch 1, one per number of drafts
 
 
 @dataclass(eq=False)
@@ -80,6 +82,7 @@ class SamplingBatch:
         self.needs_logprobs = any(self.return_logprob)
         self.max_top_logprobs = max((k for k, r in zip(self.top_logprobs_num, self.return_logprob) if r),
                                     default=0)
+        self._positions: dict[bytes, _Positions] = {}  # `positions` results by their counts, the oldest first
 
     @property
     def batch_size(self) -> int:
@@ -168,10 +171,37 @@ class SamplingBatch:
             self.seen[rows, ids] = True
         self.output_lens += 1
 
+    def positions(self, counts: np.ndarray) -> SamplingBatch:
+        """The rows of a verify step: row i repeated `counts[i]` times, its j-th copy drawn at output index
+        output_lens[i] + j, as plain decoding would draw it there. A batch without penalty state (the only state
+        that changes as tokens are counted, besides output_lens) keeps the results of the last few counts (a
+        request's drafts vary in number from step to step); a kept one only recomputes its output_lens, two
+        device ops instead of a gather per column."""
+        key = np.asarray(counts, dtype=np.int64).tobytes()
+        kept = self._positions.get(key)
+        if kept is not None:
+            kept.batch.output_lens = self.output_lens.index_select(0, kept.rows) + kept.within
+            return kept.batch
+        total = int(counts.sum())
+        owner = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+        within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+        idx = host_to_device(np.concatenate([owner, within]), self.device)
+        rows, within_t = idx[:total], idx[total:]
+        batch = self._take(owner.tolist(), rows)
+        batch.output_lens = batch.output_lens + within_t
+        if self.output_counts is None and self.seen is None:
+            if len(self._positions) >= POSITIONS_KEPT:
+                del self._positions[next(iter(self._positions))]
+            self._positions[key] = _Positions(rows, within_t, batch)
+        return batch
+
     def filter(self, keep: Sequence[int] | torch.Tensor) -> SamplingBatch:
         """A new batch of rows `keep` (in that order)."""
         rows = keep.tolist() if isinstance(keep, torch.Tensor) else [int(i) for i in keep]
-        idx = host_to_device(np.asarray(rows, dtype=np.int64), self.device)
+        return self._take(rows, host_to_device(np.asarray(rows, dtype=np.int64), self.device))
+
+    def _take(self, rows: list[int], idx: torch.Tensor) -> SamplingBatch:
+        """`filter` with the rows both as a list and on this batch's device."""
         kw: dict[str, Any] = {}
         for f in fields(self):
             v = getattr(self, f.name)
@@ -233,6 +263,16 @@ class SamplingBatch:
             self.seen = None
         if not any(p.min_new_tokens > 0 for p in self.params):
             self.block_ids = self.has_block_ids = None
+
+
+@dataclass(frozen=True)
+class _Positions:
+    """A `SamplingBatch.positions` result and what refreshes it: per row its source row and its position within
+    its request, on the device."""
+
+    rows: torch.Tensor
+    within: torch.Tensor
+    batch: SamplingBatch
 
 
 def _as_np(ids: TokenIds) -> np.ndarray:

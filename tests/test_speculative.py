@@ -8,6 +8,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -80,6 +81,41 @@ def test_accepted_lengths_equal_a_loop(rows, bonus):
     drafts = np.array([d for r in rows for d, _ in r], dtype=np.int64)
     sampled = np.array([t for r, b in zip(rows, bonus) for t in [*(s for _, s in r), b]], dtype=np.int64)
     assert accepted_lengths(sampled, drafts, counts).tolist() == _accepted_reference(sampled, drafts, counts)
+
+
+def _positions_reference(sb, counts):
+    """What `SamplingBatch.positions` stands for: the rows repeated, each copy one output index further."""
+    owner = np.repeat(np.arange(len(counts)), counts)
+    out = sb.filter(owner.tolist())
+    out.output_lens += torch.from_numpy(np.arange(len(owner)) - np.repeat(np.cumsum(counts) - counts, counts))
+    return out
+
+
+@pytest.mark.parametrize("penalized", [False, True])
+def test_verify_positions_equal_repeated_rows_as_the_batch_counts_tokens(penalized):
+    """Kept results (the same counts again) and new ones, as the batch counts tokens in between, equal the
+    repeated rows built afresh; with penalty state (which counting changes) nothing is kept."""
+    from dataclasses import fields
+
+    from radixgen.runtime.sampling_batch import SamplingBatch
+    from radixgen.runtime.sampling_params import SamplingParams
+
+    params = [SamplingParams(temperature=0.0, seed=3), SamplingParams(temperature=0.7, seed=5, min_new_tokens=4),
+              SamplingParams(temperature=0.0, frequency_penalty=0.5 if penalized else 0.0)]
+    sb = SamplingBatch.build(params, 50, eos_token_ids=[2], output_ids=[[1, 4], [], [7]])
+    seen = []
+    for step, counts in enumerate([[3, 1, 2], [3, 1, 2], [1, 4, 1], [3, 1, 2], [2, 2, 2], [1, 4, 1]]):
+        counts = np.array(counts, dtype=np.int64)
+        got, want = sb.positions(counts), _positions_reference(sb, counts)
+        seen.append(got)
+        for f in fields(SamplingBatch):
+            a, b = getattr(got, f.name), getattr(want, f.name)
+            assert (a.equal(b) if isinstance(a, torch.Tensor) else a == b), (step, f.name)
+        if step % 2:
+            sb.append(torch.tensor([5, 6, 7]))
+        else:
+            sb.output_lens += torch.tensor([2, 1, 3])
+    assert (seen[1] is seen[0] and seen[3] is seen[0] and seen[5] is seen[2]) != penalized
 
 
 def test_policy_follows_the_measured_throughput_and_probes_the_other_mode():

@@ -24,11 +24,16 @@ def accepted_lengths(sampled: npt.NDArray[np.int64], drafts: npt.NDArray[np.int6
     k = counts - 1
     if not len(drafts):
         return np.zeros(b, dtype=np.int64)
-    starts = np.cumsum(counts) - counts
-    # the sample at the position of draft j of request i is sampled[starts[i] + j]
     owner = np.repeat(np.arange(b), k)
-    within = np.arange(len(drafts)) - np.repeat(np.cumsum(k) - k, k)
-    miss = np.flatnonzero(sampled[starts[owner] + within] != drafts)
-    kept = k.astype(np.int64, copy=True)  # every draft kept unless one misses
-    np.minimum.at(kept, owner[miss], within[miss])  # the first mismatch of each request wins
+    # draft j of request i is drafts[d_i + j] and its position's sample sampled[d_i + i + j] (each run one longer)
+    hit = sampled[np.arange(len(drafts)) + owner] == drafts
+    kept = k.astype(np.int64)  # every draft kept unless one misses (a faithful copy: the common case)
+    if hit.all():
+        return kept
+    miss = np.flatnonzero(~hit)
+    who = owner[miss]
+    first = np.ones(len(miss), dtype=bool)  # the first miss of each request (misses are in request order)
+    np.not_equal(who[1:], who[:-1], out=first[1:])
+    who = who[first]
+    kept[who] = miss[first] - (np.cumsum(k) - k)[who]
     return kept

@@ -18,30 +18,26 @@ _NONE = np.zeros(0, dtype=np.int64)
 def ngram_lookup(tokens: TokenIds, k: int, min_n: int, max_n: int) -> TokenIds:
     """Up to `k` tokens that followed an earlier occurrence of the last n tokens of `tokens`, for the largest n in
     [min_n, max_n] that occurs; among its occurrences the latest one that has `k` tokens after it (else the one
-    with the most). One pass over the sequence finds where the last token occurred before; the match lengths of
-    those few candidates are then extended backwards together."""
+    with the most). The ends of the occurrences of the last token are marked over the whole sequence at once,
+    then narrowed to those of the last 2, 3, ... tokens, one comparison of the sequence per n."""
     L = len(tokens)
     if L < 2 or min_n > L - 1:
         return _NONE
-    ends = np.flatnonzero(tokens[: L - 1] == tokens[L - 1])  # candidate n-gram ends (never the suffix itself)
-    if not len(ends):
+    hit = tokens[: L - 1] == tokens[L - 1]  # hit[i]: the last token occurs at i (never the suffix itself)
+    if not hit.any():
         return _NONE
-    length = np.ones(len(ends), dtype=np.int64)  # matched n-gram length of each candidate so far
-    alive = np.ones(len(ends), dtype=bool)
-    for j in range(1, min(max_n, L - 1)):
-        back = ends - j
-        ok = alive & (back >= 0)
-        ok[ok] = tokens[back[ok]] == tokens[L - 1 - j]
-        length += ok
-        alive = ok
-        if not alive.any():
+    n = 1
+    while n < min(max_n, L - 1):
+        # hit[i]: the last n tokens occur ending at i + n - 1; longer[i]: the last n + 1 ending at i + n
+        longer = hit[1:] & (tokens[: L - 1 - n] == tokens[L - 1 - n])
+        if not longer.any():
             break
-    best = int(length.max())
-    if best < min_n:
+        hit, n = longer, n + 1
+    if n < min_n:
         return _NONE
-    hits = ends[length == best]
-    full = hits[L - 1 - hits >= k]  # k tokens follow the occurrence
-    start = int(full[-1] if len(full) else hits[0]) + 1
+    ends = np.flatnonzero(hit) + (n - 1)
+    full = ends[L - 1 - ends >= k]  # k tokens follow the occurrence
+    start = int(full[-1] if len(full) else ends[0]) + 1
     return tokens[start : start + k]
 
 
