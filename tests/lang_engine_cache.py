@@ -14,3 +14,10 @@ def shared_engine(model_path: str):
     engine = Engine(model_path)
     atexit.register(engine.shutdown)
     return engine
+
+
+def reseed(engine, seed: int = 0) -> None:
+    """Restart the engine's generator of unseeded samples, so a sampling test's tokens do not depend on what the
+    modules before it sampled on the shared engine."""
+    core = engine.core
+    core.call(lambda: core.sampler.generator.manual_seed(seed))

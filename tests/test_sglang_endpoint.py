@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from lang_engine_cache import shared_engine
+from lang_engine_cache import reseed, shared_engine
 from sglang_programs import ENDPOINT_SKIPPED, WRONG_ANSWERS, CappedEndpoint, programs, run_program, selected
 from sglang_programs import sglang as sgl
 from test_server import http
@@ -66,7 +66,8 @@ def test_every_program_is_selected_or_skipped_for_a_reason():
 
 
 @pytest.mark.parametrize("name", SELECTED)
-def test_sglang_program_through_runtime_endpoint(endpoint, name):
+def test_sglang_program_through_runtime_endpoint(endpoint, default_model_path, name):
+    reseed(shared_engine(str(default_model_path)))  # programs sample: their tokens must not depend on the order
     before = request_counts(endpoint)
     try:
         run_program(programs, name)
