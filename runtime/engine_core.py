@@ -555,15 +555,11 @@ class EngineCore:
         `computed`: a launched step computes that last token, so it is not in the next step's row."""
         m = req.matcher
         assert m is not None, "only a constrained request jumps forward"
-        try:
-            text = whole_utf8_prefix(m.forced_suffix()).decode("utf-8")
-        except UnicodeDecodeError:
+        ids = self._forced_text_ids(whole_utf8_prefix(m.forced_suffix()), req.output_budget(self.max_context),
+                                    computed)
+        if ids is None:
             return []
-        budget = req.output_budget(self.max_context)
-        ids = self._encode_forced(text)[:budget] if text else []
-        ids = self._fit_row(ids, int(computed) - 1)
-        last = req.output_ids[-1]
-        return self._count_jump(req, [last] + ids[: self._advance_all(m, ids)], int(computed))[1:]
+        return self._count_jump(req, [req.output_ids[-1]] + ids[: self._advance_all(m, ids)], int(computed))[1:]
 
     def _deliver_verified(self, sampled: SampledStep, tokens: list[int], logprobs: list[float] | None,
                           tops: list[list[tuple[float, int]]] | None) -> None:
@@ -928,16 +924,19 @@ class EngineCore:
                 m.advance(token)
             elif ids:
                 return self._count_jump(req, [token] + ids[1 : 1 + self._advance_all(m, ids[1:])], kept)
+        after = self._forced_text_ids(forced, budget - 1, computed)
+        if after is None or not self._jump_pays(len(after), len(after) + 1 - int(computed)):
+            return [token]  # None: it starts inside a character the sampled token began
+        return self._count_jump(req, [token] + after[: self._advance_all(m, after)], int(computed))
+
+    def _forced_text_ids(self, forced: bytes, budget: int, computed: bool) -> list[int] | None:
+        """The ids of forced text after a token, at most `budget` and cut to fit the next step's row, which holds
+        that token too unless a launched step computes it; None when the text starts inside a character."""
         try:
             text = forced.decode("utf-8")
-        except UnicodeDecodeError:  # starts inside a character the sampled token began: no jump this step
-            return [token]
-        # The row holds the sampled token too unless a launched step computes it.
-        ids = self._fit_row(self._encode_forced(text)[: budget - 1],
-                            int(computed) - 1)
-        if not self._jump_pays(len(ids), len(ids) + 1 - int(computed)):
-            return [token]
-        return self._count_jump(req, [token] + ids[: self._advance_all(m, ids)], int(computed))
+        except UnicodeDecodeError:
+            return None
+        return self._fit_row(self._encode_forced(text)[:budget] if text else [], int(computed) - 1)
 
     def _encode_forced(self, text: str, continued: bool = True) -> list[int]:
         """Forced text's token ids (`Tokenizer.encode` without special tokens; `continued`: after other tokens), a

@@ -448,7 +448,7 @@ class Scheduler:
             at, first = np.unique(pair, return_index=True)  # the pairs that differ, and where they first do
             kept[at] = differ[first] - starts[at]
         tail = np.arange(len(mine)) >= np.repeat(starts + kept, lengths)  # positions after the parting
-        self._give_back_level(mine[tail], np.cumsum(lengths - kept))
+        self._give_back_many(np.split(mine[tail], np.cumsum(lengths - kept)[:-1]))
         gained = theirs[tail]
         if len(gained):
             np.add.at(self.beam_refs, gained, 1)  # a parent of several beams gains each of them as a holder
@@ -458,24 +458,6 @@ class Scheduler:
             beam.synced_len = 0
             assert beam.req_pool_idx is not None, "a running beam holds a row"
             self.req_rows.rehold(beam.req_pool_idx)
-
-    def _give_back_level(self, owned: SlotArray, ends: npt.NDArray[np.int64]) -> None:
-        """`_give_back_beam_slots(block)` for the blocks of `owned` (block i ends at ends[i]; each block's slots
-        distinct) in order, as array work: a slot held by k blocks loses k holders and, where those were all its
-        holders, is freed as at its last block, so the free stack ends as the one-by-one calls leave it (block
-        by block, each block's slots pushed last first)."""
-        if not len(owned):
-            return
-        np.subtract.at(self.beam_refs, owned, 1)
-        pos = np.flatnonzero(self.beam_refs[owned] < 0)  # where a slot lost its last holder (at each block of it)
-        if not len(pos):
-            return
-        _, last = np.unique(owned[pos[::-1]], return_index=True)
-        pos = pos[len(pos) - 1 - last]  # each freed slot at its last block
-        block = np.searchsorted(ends, pos, side="right")
-        freed = owned[pos[np.argsort((len(ends) - block) * len(owned) + pos)]]  # the last block first, each in order
-        self.beam_refs[freed] = 0
-        self.allocator.free(freed)
 
     def _give_back_beam_slots(self, owned: SlotArray) -> None:
         """Free the slots of `owned` no other beam holds; the others lose one holder."""

@@ -255,10 +255,9 @@ def test_batched_beam_bookkeeping_equals_one_by_one(seed, cache):
     run_twins(seed, cache)
 
 
-@pytest.mark.parametrize("how", ["blocks", "level"])
-def test_batched_give_back_frees_shared_slots_at_their_last_holder(how):
-    """Three beams sharing slots given back at once (the releases' per-block way and the reforks' array way):
-    each slot freed once, in the one-by-one order, an outside holder kept."""
+def test_batched_give_back_frees_shared_slots_at_their_last_holder():
+    """Three beams sharing slots given back at once (`_give_back_many`, for releases and reforks): each slot
+    freed once, in the one-by-one order, an outside holder kept."""
     blocks = [np.array([5, 6, 9], dtype=np.int64), np.array([5, 7], dtype=np.int64),
               np.array([6, 8, 5], dtype=np.int64)]
     stacks = []
@@ -271,10 +270,8 @@ def test_batched_give_back_frees_shared_slots_at_their_last_holder(how):
         if not batched:
             for block in blocks:
                 s._give_back_beam_slots(block)
-        elif how == "blocks":
-            s._give_back_many(blocks)
         else:
-            s._give_back_level(np.concatenate(blocks), np.cumsum([len(b) for b in blocks]))
+            s._give_back_many(blocks)
         n = s.allocator.num_free
         stacks.append(s.allocator._free[:n].tolist())
         assert s.beam_refs[9] == 0 and not s.beam_refs.any()
@@ -305,8 +302,9 @@ class ReversedFrees(Scheduler):
 
 
 class LostHolder(Scheduler):
-    def _give_back_level(self, owned: np.ndarray, ends: np.ndarray) -> None:
-        super()._give_back_level(owned, ends)
+    def _give_back_many(self, blocks: Sequence[np.ndarray]) -> None:
+        super()._give_back_many(blocks)
+        owned = np.concatenate(blocks) if blocks else np.zeros(0, dtype=np.int64)
         if len(owned) > 1:
             self.beam_refs[owned[0]] += 1  # a slot given back twice counted once
 

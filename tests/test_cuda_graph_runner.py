@@ -34,24 +34,30 @@ def test_graph_batch_sizes():
         graph_batch_sizes(0)
 
 
-@pytest.fixture(scope="module")
-def setup():
+def eager_runner(min_len: int, **graph_options):
+    """The tiny model, its KV pool, request rows each holding a random prefix of distinct random slots (at least
+    `min_len`; slot 0 never handed out), the prefix lengths, and a runner over them without graphs."""
     torch.manual_seed(0)
     model, config = load_model(None, "dummy", "cpu", torch.float32, dummy_config=TINY, seed=1)
     pool = KVPool.for_model(config, NUM_SLOTS, torch.float32, "cpu")
     rows = ReqToTokenPool(MAX_REQS, config.max_position_embeddings, "cpu")
-    # Every request row holds a random prefix of distinct random slots (slot 0 never handed out).
     rng = np.random.default_rng(0)
     slots = rng.permutation(np.arange(1, NUM_SLOTS))
-    lens = rng.integers(3, 30, size=MAX_REQS)
+    lens = rng.integers(min_len, 30, size=MAX_REQS)
     offset = 0
     for r in range(MAX_REQS):
         rows.write(r, 0, slots[offset : offset + lens[r] + 1])  # +1: the slot the decode token writes
         offset += lens[r] + 1
     attention = attention_backend_for(config, torch.device("cpu"), torch.float32)
     runner = CudaGraphRunner(lambda fb: model(fb, pool, attention, attention.plan(fb)), rows.req_to_token,
-                             max_bs=8, max_context=config.max_position_embeddings, use_graphs=False)
+                             max_bs=8, max_context=config.max_position_embeddings, use_graphs=False,
+                             **graph_options)
     return model, pool, rows, lens, runner
+
+
+@pytest.fixture(scope="module")
+def setup():
+    return eager_runner(3)
 
 
 def _fill_kv(pool: KVPool, seed: int) -> None:

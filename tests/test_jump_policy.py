@@ -41,12 +41,8 @@ def test_one_request_pays_for_itself(core, monkeypatch):
     assert core._jump_pays(1, 4) and not core._jump_pays(1, 8) and core._jump_pays(2, 8)
 
 
-def test_a_batch_too_dear_to_jump_decodes_the_same_tokens(char_engine, monkeypatch):  # noqa: F811
-    """Eight requests and multi-token steps of 100 decode steps' time: no jump is taken, and the outputs equal
-    those without jump-forward; with one request at that price the long forced runs still are not taken either."""
-    engine, _ = char_engine
-    monkeypatch.setattr(type(engine.core.runner), "step_cost",
-                        lambda self, bs, rows, every_token=False: 1.0 if rows <= 1 else 100.0)
+def _eight_with_and_without_jumps(engine, monkeypatch) -> list[dict]:
+    """Eight requests through CHAIN with jump-forward, asserting their outputs equal those without it."""
     params = {"ebnf": CHAIN, "temperature": 0, "max_new_tokens": 60}
     prompts = [f"go {i}: " for i in range(8)]
     monkeypatch.setattr(engine.core.config, "enable_jump_forward", True)
@@ -54,7 +50,18 @@ def test_a_batch_too_dear_to_jump_decodes_the_same_tokens(char_engine, monkeypat
     monkeypatch.setattr(engine.core.config, "enable_jump_forward", False)
     stepped = engine.generate(prompts, params)
     assert [o["output_ids"] for o in jumped] == [o["output_ids"] for o in stepped]
+    return jumped
+
+
+def test_a_batch_too_dear_to_jump_decodes_the_same_tokens(char_engine, monkeypatch):  # noqa: F811
+    """Eight requests and multi-token steps of 100 decode steps' time: no jump is taken, and the outputs equal
+    those without jump-forward; with one request at that price the long forced runs still are not taken either."""
+    engine, _ = char_engine
+    monkeypatch.setattr(type(engine.core.runner), "step_cost",
+                        lambda self, bs, rows, every_token=False: 1.0 if rows <= 1 else 100.0)
+    jumped = _eight_with_and_without_jumps(engine, monkeypatch)
     assert all(o["meta_info"]["decode_steps_saved"] == 0 for o in jumped)
+    params = {"ebnf": CHAIN, "temperature": 0, "max_new_tokens": 60}
     assert _generate(engine, monkeypatch, params, jump=True)["meta_info"]["decode_steps_saved"] == 0
 
 
@@ -73,13 +80,7 @@ def test_jumps_that_pay_only_together_are_taken_together(char_engine, monkeypatc
         return take()
 
     monkeypatch.setattr(engine.core, "_take_deferred_jumps", spy)
-    params = {"ebnf": CHAIN, "temperature": 0, "max_new_tokens": 60}
-    prompts = [f"go {i}: " for i in range(8)]
-    monkeypatch.setattr(engine.core.config, "enable_jump_forward", True)
-    jumped = engine.generate(prompts, params)
-    monkeypatch.setattr(engine.core.config, "enable_jump_forward", False)
-    stepped = engine.generate(prompts, params)
-    assert [o["output_ids"] for o in jumped] == [o["output_ids"] for o in stepped]
+    jumped = _eight_with_and_without_jumps(engine, monkeypatch)
     assert declined and max(declined) > 1
     assert all(o["meta_info"]["decode_steps_saved"] > 0 for o in jumped)
 

@@ -7,21 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from test_cuda_graph_runner import TINY, eager_runner
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from radixgen.runtime.attention import attention_backend_for
-from radixgen.runtime.cuda_graph_runner import CudaGraphRunner
 from radixgen.runtime.forward_batch import ForwardBatch, forward_batch_from_lists
 from radixgen.runtime.kv_pool import KVPool, ReqToTokenPool
-from radixgen.runtime.loader import load_model
 
-VOCAB = 97
-TINY = {
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": VOCAB, "hidden_size": 32,
-    "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-    "max_position_embeddings": 64, "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": False,
-}
-NUM_SLOTS, MAX_REQS = 512, 12
+VOCAB = TINY["vocab_size"]
 
 
 class _Copies(TorchDispatchMode):
@@ -38,21 +30,7 @@ class _Copies(TorchDispatchMode):
 
 @pytest.fixture(scope="module")
 def setup():
-    torch.manual_seed(0)
-    model, config = load_model(None, "dummy", "cpu", torch.float32, dummy_config=TINY, seed=1)
-    pool = KVPool.for_model(config, NUM_SLOTS, torch.float32, "cpu")
-    rows = ReqToTokenPool(MAX_REQS, config.max_position_embeddings, "cpu")
-    rng = np.random.default_rng(0)
-    slots = rng.permutation(np.arange(1, NUM_SLOTS))
-    lens = rng.integers(8, 30, size=MAX_REQS)
-    offset = 0
-    for r in range(MAX_REQS):
-        rows.write(r, 0, slots[offset : offset + lens[r] + 1])
-        offset += lens[r] + 1
-    attention = attention_backend_for(config, torch.device("cpu"), torch.float32)
-    runner = CudaGraphRunner(lambda fb: model(fb, pool, attention, attention.plan(fb)), rows.req_to_token, max_bs=8,
-                             max_context=TINY["max_position_embeddings"], use_graphs=False, row_tokens=(2, 4),
-                             verify_max_bs=4)
+    _, pool, rows, lens, runner = eager_runner(8, row_tokens=(2, 4), verify_max_bs=4)
     return pool, rows, lens, runner
 
 
