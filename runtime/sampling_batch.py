@@ -116,16 +116,17 @@ class SamplingBatch:
         seeds = [split_seed(p.seed) if p.seed is not None else (0, 0) for p in params]
         out_lists = [_as_np(x) for x in output_ids] if output_ids is not None else [np.zeros(0, np.int64)] * B
         # Two host-to-device copies for all the per-row columns (the engine may rebuild every step).
-        floats = torch.tensor([
+        # (through pinned memory: a pageable copy would wait for the forward queued before it)
+        floats = host_to_device(np.array([
             [1.0 if g else p.temperature for p, g in zip(params, greedy)],
             [p.top_p for p in params], [p.min_p for p in params], [p.frequency_penalty for p in params],
             [p.presence_penalty for p in params], [p.repetition_penalty for p in params],
-        ], dtype=torch.float32).reshape(6, B).to(dev)
-        ints = torch.tensor([
+        ], dtype=np.float32).reshape(6, B), dev)
+        ints = host_to_device(np.array([
             [p.top_k if 0 < p.top_k < V else V for p in params], [p.min_new_tokens for p in params],
             [len(x) for x in out_lists], [s[0] for s in seeds], [s[1] for s in seeds], greedy,
             [p.seed is not None for p in params],
-        ], dtype=torch.int64).reshape(7, B).to(dev)
+        ], dtype=np.int64).reshape(7, B), dev)
         batch = cls(
             params=params,
             vocab_size=V,
@@ -287,7 +288,7 @@ def _flat_token_index(lists: Sequence[np.ndarray], V: int, device: torch.device)
     if lens.sum() == 0:
         return torch.zeros(0, dtype=torch.int64, device=device)
     flat = np.concatenate(lists) + np.repeat(np.arange(len(lists), dtype=np.int64) * V, lens)
-    return torch.from_numpy(flat).to(device)
+    return host_to_device(flat, device)
 
 
 def _count_tokens(lists: Sequence[np.ndarray], V: int, device: torch.device) -> torch.Tensor:
@@ -301,7 +302,7 @@ def _count_tokens(lists: Sequence[np.ndarray], V: int, device: torch.device) -> 
 def _mark_tokens(lists: Sequence[np.ndarray], V: int, device: torch.device) -> torch.Tensor:
     """[B, V] bool: which token ids occur in each row."""
     seen = torch.zeros(len(lists) * V, dtype=torch.bool, device=device)
-    seen[_flat_token_index(lists, V, device)] = True
+    seen.index_fill_(0, _flat_token_index(lists, V, device), True)
     return seen.view(len(lists), V)
 
 
@@ -310,8 +311,8 @@ def _bias_tensor(params: Sequence[SamplingParams], V: int, device: torch.device)
     cols = [t for p in params for t in p.logit_bias]
     vals = [v for p in params for v in p.logit_bias.values()]
     bias = torch.zeros(len(params), V, dtype=torch.float32, device=device)
-    bias[torch.tensor(rows, dtype=torch.int64, device=device), torch.tensor(cols, dtype=torch.int64, device=device)] = (
-        torch.tensor(vals, dtype=torch.float32, device=device))
+    index = host_to_device(np.array([rows, cols], dtype=np.int64).reshape(2, len(rows)), device)
+    bias[index[0], index[1]] = host_to_device(np.array(vals, dtype=np.float32), device)
     return bias
 
 
@@ -320,8 +321,8 @@ def _block_ids(params: Sequence[SamplingParams], eos_token_ids: Sequence[int],
     per_row = [list(dict.fromkeys([*p.stop_token_ids, *(() if p.ignore_eos else eos_token_ids)])) for p in params]
     width = max(1, max(len(r) for r in per_row))
     padded = [(r + [r[0]] * (width - len(r))) if r else [0] * width for r in per_row]
-    ids = torch.tensor(padded, dtype=torch.int64, device=device)
-    has = torch.tensor([bool(r) for r in per_row], dtype=torch.bool, device=device)
+    ids = host_to_device(np.array(padded, dtype=np.int64).reshape(len(params), width), device)
+    has = host_to_device(np.array([bool(r) for r in per_row], dtype=np.bool_), device)
     return ids, has
 
 

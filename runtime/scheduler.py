@@ -326,10 +326,11 @@ class Scheduler:
 
     # ----------------------------------------------------------- after forward
     def commit(self, batch: ScheduleBatch) -> None:
-        """Record the computed positions; share finished prefill chunks through the tree."""
+        """Record the computed positions; share finished prefill chunks through the tree (not a decoding
+        request's few appended tokens, a jump-forward row: like a decode step's, they wait for its finish)."""
         for it in batch.items:
             it.req.kv_len = it.start + it.extend
-            if it.extend > 1 and not it.drafts:
+            if it.extend > 1 and not it.drafts and it.start < it.req.prompt_len:
                 self._cache_computed(it.req)
 
     def _cache_computed(self, req: Req) -> None:

@@ -48,6 +48,8 @@ class Detokenizer(Protocol):
 
     def feed(self, token_id: int) -> str: ...
 
+    def feed_many(self, ids: Sequence[int]) -> str: ...
+
     def flush(self) -> str: ...
 
 
@@ -93,7 +95,7 @@ class StopChecker:
         text."""
         trim_last = (self.matched_token is not None and not self.no_stop_trim and len(ids) > 0
                      and ids[-1] == self.matched_token)
-        text = "".join([detok.feed(t) for t in (ids[:-1] if trim_last else ids)])
+        text = detok.feed_many(ids[:-1] if trim_last else ids)
         if finished:
             text += detok.flush()
         return self.feed(text, finished)

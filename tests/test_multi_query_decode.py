@@ -63,6 +63,21 @@ def test_split_rows_sends_batches_of_short_rows_whole_to_the_multi_part() -> Non
     assert split.multi is None and split.decode is not None and split.extend is None
 
 
+@pytest.mark.parametrize("decode_rows", [1, 2, 3, 4, 5])
+def test_split_rows_extend_part_starts_on_16_byte_boundaries(decode_rows: int) -> None:
+    # Triton compiles a variant per pointer alignment: after an odd count of decode rows a view of the per-row
+    # int32 arrays starts off a 16-byte boundary and would compile (seconds) a second extend kernel mid-run
+    mixed = _batch([9] * decode_rows + [0, 3], [1] * decode_rows + [20, 11])
+    split = split_rows(mixed, multi_query_max_tokens=8)
+    assert split.extend is not None and split.decode is not None and split.decode.num_tokens == decode_rows
+    for name in ("req_pool_indices", "prefix_lens", "extend_lens", "seq_lens", "extend_start_loc"):
+        part = getattr(split.extend, name)
+        assert part.data_ptr() % 16 == 0, name
+        whole = getattr(mixed, name)
+        expect = whole[decode_rows:] - (decode_rows if name == "extend_start_loc" else 0)
+        assert torch.equal(part, expect), name
+
+
 def test_backends_plan_the_split_their_kernels_serve() -> None:
     shape = AttentionShape(8, 2, 64, (None,))
     verify_step = _batch([100, 7], [3, 5])

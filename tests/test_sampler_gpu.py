@@ -59,3 +59,20 @@ def test_grammar_mask_on_cuda():
     got = _draw([SP(temperature=0), SP(top_p=0.95), SP(seed=2)], logits, "cuda", 20, grammar=bitmask)
     for r in range(3):
         assert allowed[r, got[:, r]].all()
+
+
+def test_building_a_batch_never_waits_for_the_device():
+    # the engine rebuilds the sampling batch after a synchronous (jump-forward) step with the forward still
+    # queued: a pageable host-to-device copy there waited for that forward, an idle bubble per such step
+    params = [SP(temperature=0.7, top_k=40, top_p=0.9, seed=3), SP(logit_bias={5: 2.0}, min_new_tokens=2),
+              SP(temperature=0.0, repetition_penalty=1.2, frequency_penalty=0.5)]
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        batch = SamplingBatch.build(params, V, "cuda", eos_token_ids=[2], prompt_ids=[[1, 2], [3], [4, 5, 6]],
+                                    output_ids=[[7], [], [8, 9]])
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert batch.temperatures.device.type == "cuda"
+    assert batch.top_ks.tolist() == [40, V, V] and batch.output_lens.tolist() == [1, 0, 2]
+    assert batch.logit_bias is not None and batch.logit_bias[1, 5].item() == 2.0

@@ -292,3 +292,23 @@ def test_forked_beams_share_their_parents_slots_and_give_each_back_once(cache):
         s.finish(b)
     assert not s.beam_refs.any() and not s.running
     assert alloc.num_free + tree.stats().cached_tokens == alloc.num_slots - 1
+
+
+def test_a_decoding_requests_multi_token_row_waits_for_its_finish_to_enter_the_tree():
+    # a jump-forward row (forced tokens appended in one step) is a decode step's kind of work: inserting it into
+    # the tree at every such step cost the loop a radix walk per request (the prompt's chunks are shared at once)
+    s, alloc, tree = make(chunk=64)
+    r = req("a", range(40), max_new=16)
+    s.add(r)
+    s.commit(s.schedule())
+    prompt = tree.stats().cached_tokens
+    assert prompt >= 32  # the prompt, shared at once
+    r.output_ids += [500, 501, 502, 503]  # a sampled token and three forced ones
+    batch = s.schedule()
+    assert batch is not None and [(it.start, it.extend) for it in batch.items] == [(40, 4)]
+    s.commit(batch)
+    assert r.kv_len == 44 and tree.stats().cached_tokens == prompt
+    check_slots(s, alloc, tree)
+    s.finish(r)
+    assert tree.stats().cached_tokens >= 43  # all it computed, at its finish
+    check_slots(s, alloc, tree)

@@ -37,6 +37,9 @@ def _check_stream(tok: Tokenizer, ids: list[int], skip: bool) -> None:
         assert full.startswith(emitted), (k, emitted, full)  # final text never changes later
         probe = tok.incremental_detokenizer(skip_special_tokens=skip)
         assert probe.feed_many(ids[:k]) + probe.flush() == full, k
+        mixed = tok.incremental_detokenizer(skip_special_tokens=skip)  # one by one, then the rest at once
+        head = "".join([mixed.feed(i) for i in ids[: k // 2]])
+        assert head + mixed.feed_many(ids[k // 2 : k]) + mixed.flush() == full, k
     assert emitted + detok.flush() == tok.decode(ids, skip_special_tokens=skip)
     assert detok.text == tok.decode(ids, skip_special_tokens=skip)
 

@@ -52,7 +52,13 @@ class IncrementalDetokenizer:
         return self._emit(self._close_run() + data.decode("utf-8", "replace"))
 
     def feed_many(self, ids: Iterable[int]) -> str:
-        return "".join([self.feed(i) for i in ids])
+        """Add several ids; returns the newly final text, as feeding them one by one would. A byte-level
+        vocabulary decodes their bytes in one call (a finishing request's whole output, at the end of a step in
+        which a batch ends together)."""
+        if self._is_byte is not None:
+            return "".join([self.feed(i) for i in ids])
+        table, skipped, n = self._table, self._skipped, len(self._table)
+        return self._emit(self._utf8.decode(b"".join([table[i] for i in ids if 0 <= i < n and i not in skipped])))
 
     def flush(self) -> str:
         """End of stream: whatever is held back, decoded with replacement characters."""

@@ -100,7 +100,8 @@ def split_rows(batch: ForwardBatch, multi_query_max_tokens: int = 0) -> RowSplit
     """Every request of a DECODE batch is a decode row, in an EXTEND batch the leading `num_decode_rows`; but an
     EXTEND batch whose `max_extend_len` is at most `multi_query_max_tokens` is one `multi` part. Only views of
     the batch's tensors, except the extend part's shifted starts in a mixed batch (a DECODE batch's split, and a
-    multi part, thus read the batch's buffers, as a captured CUDA graph needs)."""
+    multi part, thus read the batch's buffers, as a captured CUDA graph needs) and the extend part's copies of
+    the parts a view would start off a 16-byte boundary."""
     if batch.mode is ForwardMode.EXTEND and batch.max_extend_len <= multi_query_max_tokens:
         multi = Rows(batch.req_pool_indices, batch.prefix_lens, batch.extend_lens, batch.seq_lens,
                      batch.extend_start_loc, first_token=0, num_tokens=batch.num_tokens,
@@ -115,10 +116,19 @@ def split_rows(batch: ForwardBatch, multi_query_max_tokens: int = 0) -> RowSplit
                       max_extend_len=1)
     if nd < n:
         start = batch.extend_start_loc[nd:]
-        extend = Rows(batch.req_pool_indices[nd:], batch.prefix_lens[nd:], batch.extend_lens[nd:],
-                      batch.seq_lens[nd:], start - nd if nd else start, first_token=nd,
+        extend = Rows(_aligned_tail(batch.req_pool_indices, nd), _aligned_tail(batch.prefix_lens, nd),
+                      _aligned_tail(batch.extend_lens, nd), _aligned_tail(batch.seq_lens, nd),
+                      start - nd if nd else start, first_token=nd,
                       num_tokens=batch.num_tokens - nd, max_extend_len=batch.max_extend_len)
     return RowSplit(batch.req_to_token, batch.max_seq_len, decode, extend)
+
+
+def _aligned_tail(values: torch.Tensor, start: int) -> torch.Tensor:
+    """`values[start:]`, copied where the view would not start on a 16-byte boundary: Triton specializes a kernel
+    on its pointers' alignment, so an unaligned view (a mixed batch's extend rows after an odd number of decode
+    rows) compiles another variant of the kernel, seconds in the middle of a run, and runs it unvectorized."""
+    tail = values[start:]
+    return tail if tail.data_ptr() % 16 == 0 else tail.clone()
 
 
 def attend_split(q: torch.Tensor, split: RowSplit, decode: Callable[[torch.Tensor, Rows], torch.Tensor],
