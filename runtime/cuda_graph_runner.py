@@ -6,9 +6,11 @@ as fast as the GPU runs them. Capturing the whole decode forward once per bucket
 
 Decode steps in which some requests append several tokens (a grammar's forced text, jump-forward) would leave
 the graphs for an eager step, which costs several decode steps' time; with `row_tokens` the runner also
-captures, per bucket, forwards of rows of up to k new tokens each (k in row_tokens), every row through the
-extend kernel, one logits row per request. With `verify_max_bs` it captures the same rows once more for buckets up
-to that size with a logits row for every token (a speculative verify step scores each drafted position).
+captures, per bucket, forwards of rows of up to max(row_tokens) new tokens each, every row through the
+multi-token kernel, one logits row per request, at a few total token counts (`token_buckets`: a step in which
+a handful of requests jump runs a few positions more than a decode step, not k per row). With `verify_max_bs` it
+captures rows of each k in row_tokens once more for buckets up to that size, k tokens a row, with a logits row
+for every token (a speculative verify step scores each drafted position).
 
 A graph replays with fixed tensor addresses, so every input lives in a static buffer of `max_bs` rows. A batch
 of `n` requests runs in the smallest bucket >= n: its rows are copied into rows [0, n) and rows [n, bucket)
@@ -51,6 +53,20 @@ from radixgen.runtime.kv_pool import PADDING_SLOT
 log = logging.getLogger(__name__)
 
 
+def token_buckets(bs: int, k: int) -> list[int]:
+    """Total token counts of bucket `bs`'s multi-token graphs (rows of up to k tokens): bs + 2, bs + 8, bs + 32,
+    ... (x4) below bs * k, and bs * k. None for k < 2."""
+    if k < 2:
+        return []
+    most = bs * k
+    counts = []
+    extra = 2
+    while bs + extra < most:
+        counts.append(bs + extra)
+        extra *= 4
+    return counts + [most]
+
+
 def graph_batch_sizes(max_bs: int) -> list[int]:
     """Buckets 1, 2, 4, 8, 16, 24, 32, 48, 64, 80, ... (every 16 from 48), capped by and ending at `max_bs`."""
     if max_bs < 1:
@@ -64,10 +80,11 @@ class CudaGraphRunner:
     """Captures `forward` (batch -> fp32 logits: the model, its KV pool and its attention plan) of a decode batch
     per bucket at construction; `replay(batch)` runs a decode batch.
 
-    With `row_tokens` (e.g. (2, 4, 8)) it also captures, per bucket and per k in it, a forward of rows of up to k
-    new tokens each, one logits row per request (a decode step in which some requests append forced tokens):
-    `short_rows(batch)` says which k takes a batch, `replay_short(batch, k)` runs it. Its tokens sit packed at
-    the front of the token buffers, padding tokens after them; a padding request has no tokens."""
+    With `row_tokens` (e.g. (2, 4, 8)) it also captures, per bucket and per token count of `token_buckets`, a
+    forward of rows of up to max(row_tokens) new tokens each, one logits row per request (a decode step in which
+    some requests append forced tokens): `short_rows(batch)` says which token count takes a batch,
+    `replay_short(batch, tokens)` runs it. Its tokens sit packed at the front of the token buffers, padding
+    tokens after them; a padding request has no tokens."""
 
     def __init__(self, forward: Callable[[ForwardBatch], torch.Tensor], req_to_token: torch.Tensor, max_bs: int,
                  max_context: int, use_graphs: bool | None = None, row_tokens: tuple[int, ...] = (),
@@ -117,8 +134,9 @@ class CudaGraphRunner:
         self.short_replays = 0  # multi-token steps served
         self.verify_replays = 0  # verify steps served
         self.batches = {bs: self._static_batch(bs) for bs in self.batch_sizes}
-        self.short_batches = {(bs, k): self._static_short_batch(bs, k) for bs in self.batch_sizes
-                              for k in self.row_tokens}
+        k_most = max(self.row_tokens, default=0)
+        self.short_batches = {(bs, t): self._static_short_batch(bs, k_most, tokens=t) for bs in self.batch_sizes
+                              for t in token_buckets(bs, k_most)} if self.row_tokens else {}
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.outputs: dict[int, torch.Tensor] = {}
         self.hidden_outputs: dict[int, torch.Tensor] = {}  # per bucket, with `forward_with_hidden`
@@ -150,10 +168,12 @@ class CudaGraphRunner:
             max_extend_len=1, max_seq_len=self.max_context, num_decode_rows=bs,
         )
 
-    def _static_short_batch(self, bs: int, k: int, every_token: bool = False) -> ForwardBatch:
-        """The ForwardBatch of bucket `bs` with up to `k` tokens per request (every row through the extend
-        kernel, whose grid the fixed k and bs size); logits of each request's last token, or of `every_token`."""
-        t = bs * k
+    def _static_short_batch(self, bs: int, k: int, every_token: bool = False, tokens: int | None = None,
+                            ) -> ForwardBatch:
+        """The ForwardBatch of bucket `bs` with up to `k` tokens per request and `tokens` in all (bs * k by
+        default; every row through the multi-token kernel, whose grid the fixed k and bs size); logits of each
+        request's last token, or of `every_token`."""
+        t = bs * k if tokens is None else tokens
         logits = self.verify_logits_rows[:t] if every_token else self.logits_rows[:bs]
         return ForwardBatch(
             mode=ForwardMode.EXTEND, input_ids=self.input_ids[:t], positions=self.positions[:t],
@@ -188,7 +208,7 @@ class CudaGraphRunner:
             run = functools.partial(self._verify_forward, key)
             self.verify_outputs[key], self.verify_graphs[key], _, self.verify_replay_seconds[key] = (
                 self._capture(run, stream))
-        for key in sorted(self.short_batches, key=lambda bk: -bk[0] * bk[1]):
+        for key in sorted(self.short_batches, key=lambda bt: -bt[1]):
             run = functools.partial(self._short_forward, key)
             self.short_outputs[key], self.short_graphs[key], _, self.short_replay_seconds[key] = (
                 self._capture(run, stream))
@@ -216,22 +236,40 @@ class CudaGraphRunner:
         graph.replay()
         return out, graph, eager, _timed(graph.replay, self.device)
 
-    def step_cost(self, batch_size: int, row_tokens: int, every_token: bool = False) -> float:
-        """A step of `batch_size` requests in which some append up to `row_tokens` tokens (the rest one), in
-        decode steps' time: that of the multi-token (or, `every_token`, verify) graph taking it, else that of an
-        eager forward. 1 where nothing was timed (no graphs: every step is eager)."""
+    def step_cost(self, batch_size: int, row_tokens: int) -> float:
+        """A verify step of `batch_size` requests of up to `row_tokens` tokens each, every token scored, in decode
+        steps' time: that of the verify graph taking it, else that of an eager forward. 1 where nothing was timed
+        (no graphs: every step is eager)."""
         bs = self.bucket(min(batch_size, self.max_bs))
         seen = self.measured.seconds if self.measured is not None else {}
         replay = seen.get((bs, 1)) or self.replay_seconds.get(bs)
         if not replay:
             return 1.0
         k = next((k for k in self.row_tokens if k >= row_tokens), None)
-        timed = self.verify_replay_seconds if every_token else self.short_replay_seconds
-        key = (bs, -k if every_token else k) if k is not None else None  # verify replays are measured as (bs, -k)
-        cost = (seen.get(key) or timed.get((bs, k))) if key is not None and k is not None else None
+        cost = (seen.get((bs, -k)) or self.verify_replay_seconds.get((bs, k))) if k is not None else None
+        if cost is None:  # verify replays are measured as (bs, -k)
+            cost = self.eager_seconds.get(bs, replay)
+        return max(1.0, cost / replay)
+
+    def jump_step_cost(self, batch_size: int, extra_tokens: int) -> float:
+        """A decode step of `batch_size` requests in which some append `extra_tokens` tokens beyond one each (in
+        rows of at most `max(row_tokens)`), in decode steps' time: that of the multi-token graph of the smallest
+        token count that holds them, as it runs (else as timed at capture). 1 where nothing was timed."""
+        n = min(batch_size, self.max_bs)
+        bs = self.bucket(n)
+        seen = self.measured.seconds if self.measured is not None else {}
+        replay = seen.get((bs, 1)) or self.replay_seconds.get(bs)
+        if not replay or extra_tokens <= 0:
+            return 1.0
+        t = self._token_bucket(bs, n + extra_tokens)
+        cost = (seen.get((bs, t)) or self.short_replay_seconds.get((bs, t))) if t is not None else None
         if cost is None:
             cost = self.eager_seconds.get(bs, replay)
         return max(1.0, cost / replay)
+
+    def _token_bucket(self, bs: int, tokens: int) -> int | None:
+        """The smallest token count of bucket `bs`'s multi-token graphs >= `tokens`, or None."""
+        return next((t for t in token_buckets(bs, max(self.row_tokens, default=0)) if t >= tokens), None)
 
     def decode_seconds(self, batch_size: int) -> float | None:
         """GPU seconds of a decode step of `batch_size` requests (its graph's replays as they run, else as timed
@@ -253,14 +291,16 @@ class CudaGraphRunner:
                 and (batch.logits_indices is None or batch.logits_indices.shape[0] == n))
 
     def short_rows(self, batch: ForwardBatch) -> int | None:
-        """The k of the multi-token graph that runs this batch (its requests' new tokens at most k each, one
-        logits row per request, its first token's first), or None."""
+        """The token count of the multi-token graph that runs this batch (its requests' new tokens at most
+        max(row_tokens) each, one logits row per request), or None."""
         n = batch.batch_size
         if not (self.row_tokens and batch.mode is ForwardMode.EXTEND and 0 < n <= self.max_bs
                 and batch.req_to_token is self.req_to_token and batch.max_seq_len <= self.max_context
                 and (batch.logits_indices is None or batch.logits_indices.shape[0] == n)):
             return None
-        return next((k for k in self.row_tokens if k >= batch.max_extend_len), None)
+        if batch.max_extend_len > max(self.row_tokens):
+            return None
+        return self._token_bucket(self.bucket(n), batch.num_tokens)
 
     def verify_rows(self, batch: ForwardBatch) -> int | None:
         """The k of the verify graph that runs this batch (its requests' new tokens at most k each, a logits row
@@ -330,10 +370,11 @@ class CudaGraphRunner:
         return self.outputs[bs]
 
     @torch.inference_mode()
-    def replay_short(self, batch: ForwardBatch, k: int) -> torch.Tensor:
-        """Run a batch `short_rows` gave `k` for: fp32 logits [batch_size, vocab] of each request's logits row."""
+    def replay_short(self, batch: ForwardBatch, tokens: int) -> torch.Tensor:
+        """Run a batch `short_rows` gave `tokens` for: fp32 logits [batch_size, vocab] of each request's logits
+        row."""
         n = batch.batch_size
-        key = (self.bucket(n), k)
+        key = (self.bucket(n), tokens)
         self._set_tokens(batch)
         self._set_rows(batch)
         self.row_lens[:n].copy_(batch.extend_lens)

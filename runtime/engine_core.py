@@ -110,7 +110,7 @@ class EngineCore:
         k = config.speculative_num_draft_tokens
         self.drafter: Drafter | None = make_drafter(config, runner) if algorithm is not None else None
         self.spec_policy = (SpeculationPolicy(k, config.speculative_max_batch,
-                                              lambda bs, tokens: runner.step_cost(bs, tokens, every_token=True))
+                                              runner.step_cost)
                             if algorithm is not None else None)
         self.grammar_drafts = GrammarDrafts(tokenizer) if algorithm is not None else None
         self.bitmask_words = (self.vocab_size + 31) // 32
@@ -132,8 +132,8 @@ class EngineCore:
         # the current step's start, output tokens so far, and (batch size, drafted) if it only decodes
         self._period: tuple[float, int, tuple[int, bool] | None] | None = None
         self._drafting = False  # the policy asked this step to draft (whether or not any draft was found)
-        # the longest row (tokens) a jump taken while delivering the current step gives the next step; 1: none yet
-        self._jump_row_tokens = 1
+        # tokens beyond one per request that the jumps taken while delivering the current step add to the next step
+        self._jump_extra_tokens = 0
         # jumps declined while delivering the current step because one alone did not pay: (request, whether a
         # launched step computes its token); taken together at the end of the delivery if together they pay
         self._deferred_jumps: list[tuple[Req, bool, int]] = []
@@ -503,7 +503,7 @@ class EngineCore:
             return frozenset()
         launched = frozenset(it.req.rid for it in successor.items) if successor is not None else frozenset()
         jumped: set[str] = set()
-        self._jump_row_tokens = 1
+        self._jump_extra_tokens = 0
         self._deferred_jumps = []
         self._delivering_overlapped = successor is not None
         started = time.perf_counter()
@@ -528,11 +528,9 @@ class EngineCore:
         pay for the step they make (`_jump_pays`' rule over their sum); returns the requests that jumped."""
         pending, self._deferred_jumps = self._deferred_jumps, []
         most = self.runner.max_graph_row_tokens  # None: no graphs, rows of any length
-        row = max(self._jump_row_tokens, max(saved + 1 if most is None else min(saved + 1, most)
-                                             for _, _, saved in pending))
-        if not self._jump_pays(sum(saved for _, _, saved in pending), row):
+        extra = sum(saved if most is None else min(saved, most - 1) for _, _, saved in pending)
+        if not self._jump_pays(sum(saved for _, _, saved in pending), extra):
             return set()
-        self._jump_row_tokens = row  # the step is paid for: rows up to it are free
         taken: set[str] = set()
         for req, computed, _ in pending:
             if req.state is not ReqState.RUNNING:
@@ -895,11 +893,11 @@ class EngineCore:
             return [token]
         forced = whole_utf8_prefix(m.forced_suffix())
         if not forced:  # maybe special tokens the grammar forces right after this one (`_count_jump` takes them)
-            if m.forced_token() is None or not self._jump_pays(1, 2):
+            if m.forced_token() is None or not self._jump_pays(1, 1):
                 return [token]
             return self._count_jump(req, [token], int(computed))
         # a byte is a token at most: no need to tokenize (declined, it counts as ~3 bytes a token)
-        if not self._jump_pays(len(forced), 2, declined_saves=-(-len(forced) // 3)):
+        if not self._jump_pays(len(forced), 1, declined_saves=-(-len(forced) // 3)):
             return [token]
         budget = req.output_budget(self.max_context)  # the sampled token counts against it too
         try:
@@ -913,7 +911,7 @@ class EngineCore:
             ids = self._fit_row(ids, kept)
             # A replaced token absorbs the forced text (at least a step saved), less the step it recomputes.
             saved = max(len(ids) - 1, 1) - int(computed) if replaced else len(ids) - 1
-            if not self._jump_pays(saved, len(ids) - kept):
+            if not self._jump_pays(saved, len(ids) - kept - 1):
                 return [token]
             if replaced:
                 m.rollback(1)
@@ -925,7 +923,7 @@ class EngineCore:
             elif ids:
                 return self._count_jump(req, [token] + ids[1 : 1 + self._advance_all(m, ids[1:])], kept)
         after = self._forced_text_ids(forced, budget - 1, computed)
-        if after is None or not self._jump_pays(len(after), len(after) + 1 - int(computed)):
+        if after is None or not self._jump_pays(len(after), len(after) - int(computed)):
             return [token]  # None: it starts inside a character the sampled token began
         return self._count_jump(req, [token] + after[: self._advance_all(m, after)], int(computed))
 
@@ -959,13 +957,14 @@ class EngineCore:
         most = self.runner.max_graph_row_tokens
         return ids if most is None else ids[: max(most + outside, 0)]
 
-    def _jump_pays(self, saved_steps: int, row_tokens: int, declined_saves: int | None = None) -> bool:
-        """Does appending the forced tokens in one step (a row of `row_tokens` tokens) raise throughput? The next
-        step replays a multi-token graph or, when none takes it, runs eagerly, and every running request pays
-        for it: with B running, a step costing c decode steps' time pays when the tokens it adds beyond one per
-        request make up for it, saved >= B * (c - 1), c counted beyond what the jumps already taken while
-        delivering this step cost (`_jump_row_tokens`: a row no longer than theirs is free) and including, for
-        the first jump of an overlapped delivery, the wait for the host it causes (`_sync_penalty`). Always, when the
+    def _jump_pays(self, saved_steps: int, extra_tokens: int, declined_saves: int | None = None) -> bool:
+        """Does appending the forced tokens in one step (`extra_tokens` more than the request's one token of a
+        decode step) raise throughput? The next step replays the multi-token graph that holds the step's tokens
+        or, when none does, runs eagerly, and every running request pays for it: with B running, a step costing
+        c decode steps' time pays when the tokens it adds beyond one per request make up for it,
+        saved >= B * (c - 1), c counted beyond what the jumps already taken while delivering this step cost
+        (`_jump_extra_tokens`: tokens that fit the graph they already need are free) and including, for the
+        first jump of an overlapped delivery, the wait for the host it causes (`_sync_penalty`). Always, when the
         step is eager anyway (requests are waiting to be admitted: their prefill runs with it). A declined jump
         is remembered with the tokens it would save (`declined_saves` where `saved_steps` is only a bound), so
         that jumps which do not pay alone are taken together at the end of the delivery when their sum does."""
@@ -974,10 +973,10 @@ class EngineCore:
         running = len(self.scheduler.running)
         if self.scheduler.waiting and running < self.config.max_running_requests:
             return True
-        planned = self._jump_row_tokens
+        planned = self._jump_extra_tokens
         penalty = self._sync_penalty(running)
-        before = self.runner.step_cost(running, planned) + penalty if planned > 1 else 1.0
-        cost = self.runner.step_cost(running, max(planned, row_tokens)) + penalty
+        before = self.runner.jump_step_cost(running, planned) + penalty if planned > 0 else 1.0
+        cost = self.runner.jump_step_cost(running, planned + max(extra_tokens, 0)) + penalty
         if saved_steps >= max(running, 1) * (cost - before):
             return True
         # declined: `_take_deferred_jumps` weighs it again with the others declined for this step
@@ -1018,12 +1017,12 @@ class EngineCore:
                 break
             ids.append(marker)
             more = self._text_after(m, marker)[: cap - len(ids)]
-            if more and self._jump_pays(len(ids) - 1 - lost + len(more), len(ids) + len(more) - outside):
+            if more and self._jump_pays(len(ids) - 1 - lost + len(more), len(ids) + len(more) - outside - 1):
                 taken = self._advance_all(m, more)  # a refused token ends the chain: its forced text is left
                 ids += more[:taken]
         req.decode_steps_saved += len(ids) - 1
         self.counters.jump_forward_tokens += len(ids) - 1
-        self._jump_row_tokens = max(self._jump_row_tokens, len(ids) - outside)
+        self._jump_extra_tokens += max(len(ids) - outside - 1, 0)
         return ids
 
     def _text_after(self, m: GrammarMatcher, marker: int) -> list[int]:

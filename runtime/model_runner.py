@@ -133,13 +133,20 @@ class ModelRunner:
                 verify_max_bs=config.speculative_max_batch if config.speculative_algorithm is not None else 0,
                 forward_with_hidden=self._run_model_with_hidden)
 
-    def step_cost(self, batch_size: int, row_tokens: int, every_token: bool = False) -> float:
-        """Decode steps' worth of time a step of `batch_size` requests costs in which some add up to `row_tokens`
-        tokens each (`every_token`: each scored, a verify step): >= 1 where decode steps replay CUDA graphs, 1
-        where every step runs eagerly."""
+    def step_cost(self, batch_size: int, row_tokens: int) -> float:
+        """Decode steps' worth of time a verify step of `batch_size` requests costs, up to `row_tokens` tokens each,
+        every one scored: >= 1 where decode steps replay CUDA graphs, 1 where every step runs eagerly."""
         if self.graph_runner is None:
             return 1.0
-        return self.graph_runner.step_cost(batch_size, row_tokens, every_token)
+        return self.graph_runner.step_cost(batch_size, row_tokens)
+
+    def jump_step_cost(self, batch_size: int, extra_tokens: int) -> float:
+        """Decode steps' worth of time a decode step of `batch_size` requests costs in which some append
+        `extra_tokens` tokens beyond one each (jump-forward): >= 1 where decode steps replay CUDA graphs, 1 where
+        every step runs eagerly."""
+        if self.graph_runner is None:
+            return 1.0
+        return self.graph_runner.jump_step_cost(batch_size, extra_tokens)
 
     def decode_seconds(self, batch_size: int) -> float | None:
         """GPU seconds of a decode step of `batch_size` requests where decode steps replay graphs, else None."""
@@ -165,9 +172,9 @@ class ModelRunner:
             k = graphs.verify_rows(batch)
             if k is not None:
                 return graphs.replay_verify(batch, k)
-            k = graphs.short_rows(batch)
-            if k is not None:
-                return graphs.replay_short(batch, k)
+            tokens = graphs.short_rows(batch)
+            if tokens is not None:
+                return graphs.replay_short(batch, tokens)
         return self._run_model(batch)
 
     @torch.inference_mode()

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from radixgen.runtime.attention import attention_backend_for
-from radixgen.runtime.cuda_graph_runner import CudaGraphRunner, graph_batch_sizes
+from radixgen.runtime.cuda_graph_runner import CudaGraphRunner, graph_batch_sizes, token_buckets
 from radixgen.runtime.forward_batch import ForwardMode, forward_batch_from_lists
 from radixgen.runtime.kv_pool import PADDING_SLOT, KVPool, ReqToTokenPool
 from radixgen.runtime.loader import load_model
@@ -180,23 +180,24 @@ def test_multi_token_rows_replay_equals_eager_forward(setup, short_runner):
     for step, (reqs, extends) in enumerate(cases):
         _fill_kv(pool, seed=step)
         fb, loc = _short_batch(rows, lens, reqs, extends, seed=200 + step)
-        k = runner.short_rows(fb)
+        t = runner.short_rows(fb)
         if max(extends) == 1:
-            assert fb.mode is ForwardMode.DECODE and k is None and runner.can_run(fb)
+            assert fb.mode is ForwardMode.DECODE and t is None and runner.can_run(fb)
             continue
-        assert k == (2 if max(extends) <= 2 else 4)
+        bucket = runner.bucket(len(reqs))  # the smallest token count of the bucket's graphs that holds the batch
+        assert t == min(c for c in token_buckets(bucket, 4) if c >= fb.num_tokens)
         before = _snapshot(pool)
         with torch.inference_mode():
             want = runner.forward(fb)
         want_kv = _snapshot(pool)
         _restore(pool, before)
-        got = runner.replay_short(fb, k)
+        got = runner.replay_short(fb, t)
         assert got.shape == (len(reqs), TINY["vocab_size"])
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
         for buf, ref in zip(pool.k_buffers + pool.v_buffers, want_kv):
             torch.testing.assert_close(buf[loc], ref[loc], rtol=1e-5, atol=1e-6)
-        t = fb.num_tokens
-        assert runner.out_cache_loc[t:].eq(PADDING_SLOT).all() and runner.row_lens[len(reqs):].eq(0).all()
+        live = fb.num_tokens
+        assert runner.out_cache_loc[live:].eq(PADDING_SLOT).all() and runner.row_lens[len(reqs):].eq(0).all()
 
 
 def test_multi_token_rows_refuse_what_they_do_not_compute(setup, short_runner):
@@ -209,6 +210,15 @@ def test_multi_token_rows_refuse_what_they_do_not_compute(setup, short_runner):
     from radixgen.runtime.model_runner import multi_token_rows
 
     assert multi_token_rows(8) == (2, 4, 8) and multi_token_rows(5) == (2, 4) and multi_token_rows(1) == ()
+
+
+def test_multi_token_graphs_come_in_token_counts_a_few_jumpers_fill_cheaply():
+    # a step where a few of 256 requests append forced tokens runs a graph of a few more positions, not 8 a row
+    assert token_buckets(256, 8) == [258, 264, 288, 384, 768, 2048]
+    assert token_buckets(1, 8) == [3, 8] and token_buckets(2, 2) == [4] and token_buckets(4, 1) == []
+    for bs in (1, 3, 16, 48, 256):
+        counts = token_buckets(bs, 4)
+        assert counts == sorted(set(counts)) and counts[0] > bs and counts[-1] == 4 * bs
 
 
 def test_verify_rows_replay_scores_every_token_as_the_eager_forward(setup):

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from radixgen.runtime.attention import attention_backend_for
-from radixgen.runtime.cuda_graph_runner import CudaGraphRunner
+from radixgen.runtime.cuda_graph_runner import CudaGraphRunner, token_buckets
 from radixgen.runtime.engine_config import EngineConfig
 from radixgen.runtime.forward_batch import forward_batch_from_lists
 from radixgen.runtime.kv_pool import PADDING_SLOT, KVPool, ReqToTokenPool
@@ -112,7 +112,7 @@ def test_multi_token_graph_replay_matches_eager_forward_on_cuda(cuda_pool):
     rng = np.random.default_rng(1)
     runner = CudaGraphRunner(forward, rows.req_to_token, max_bs=48, max_context=SMALL["max_position_embeddings"],
                              row_tokens=(2, 4, 8))
-    assert sorted(runner.short_graphs) == [(bs, k) for bs in runner.batch_sizes for k in (2, 4, 8)]
+    assert sorted(runner.short_graphs) == [(bs, t) for bs in runner.batch_sizes for t in token_buckets(bs, 8)]
     for n, most in ((37, 8), (5, 2), (48, 4), (1, 8), (24, 3)):
         reqs = list(rng.choice(len(lens), size=n, replace=False))
         extends = rng.integers(1, most + 1, size=n)
@@ -121,16 +121,16 @@ def test_multi_token_graph_replay_matches_eager_forward_on_cuda(cuda_pool):
         ids = [[int(t) for t in rng.integers(0, SMALL["vocab_size"], size=int(e))] for e in extends]
         loc = torch.cat([rows.req_to_token[r, p : p + int(e)].long() for r, p, e in zip(reqs, prefix, extends)])
         fb = forward_batch_from_lists(ids, prefix, reqs, rows.req_to_token, loc)
-        k = runner.short_rows(fb)
-        assert k is not None and k >= most
-        _replay_matches_eager(cuda_pool, fb, lambda b, k=k: runner.replay_short(b, k))
+        t = runner.short_rows(fb)
+        assert t is not None and t >= fb.num_tokens
+        _replay_matches_eager(cuda_pool, fb, lambda b, t=t: runner.replay_short(b, t))
     # A decode replay after multi-token ones: the token and row padding they left is reset.
     decode = [3, 9, 20]
     one = forward_batch_from_lists([[1]] * 3, [int(lens[r]) for r in decode], decode, rows.req_to_token,
                                    torch.stack([rows.req_to_token[r, lens[r]].long() for r in decode]))
     _replay_matches_eager(cuda_pool, one, runner.replay)
     assert runner.short_replays == 5 and runner.replays == 1
-    assert runner.step_cost(16, 3) >= 1.0
+    assert runner.jump_step_cost(16, 3) >= 1.0 and runner.jump_step_cost(16, 0) == 1.0
 
 
 def test_constrained_requests_on_cuda_jump_inside_the_graphs():

@@ -106,12 +106,12 @@ def test_the_chain_stops_where_the_row_would_leave_the_graphs(char_engine, monke
 
 
 def test_text_after_a_marker_waits_where_the_longer_jump_does_not_pay(char_engine, monkeypatch):
-    """A step whose row holds more than 3 tokens costs 50 decode steps here: the first jump takes "yz" and the
-    marker (a marker is taken once the jump pays) but not the text after it, which the grammar's matcher must
-    then still expect (the next sampled token is its first character)."""
+    """A step whose row holds more than 3 tokens (2 beyond a decode step's) costs 50 decode steps here: the first
+    jump takes "yz" and the marker (a marker is taken once the jump pays) but not the text after it, which the
+    grammar's matcher must then still expect (the next sampled token is its first character)."""
     engine, ids = char_engine
-    monkeypatch.setattr(type(engine.core.runner), "step_cost",
-                        lambda self, bs, rows, every_token=False: 1.0 if rows <= 3 else 50.0)
+    monkeypatch.setattr(type(engine.core.runner), "jump_step_cost",
+                        lambda self, bs, extra: 1.0 if extra <= 2 else 50.0)
     params = {"ebnf": CHAIN, "temperature": 0, "max_new_tokens": 60}
     seen = _jumps(engine, monkeypatch)
     out = _generate(engine, monkeypatch, params, jump=True)

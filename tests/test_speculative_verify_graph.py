@@ -71,9 +71,9 @@ def test_verify_replays_keep_their_layout_and_equal_the_eager_forward(setup):
                 assert k is not None
                 got = runner.replay_verify(fb, k)
             elif max(extends) > 1:
-                k = runner.short_rows(fb)
-                assert k is not None
-                got = runner.replay_short(fb, k)
+                t = runner.short_rows(fb)
+                assert t is not None
+                got = runner.replay_short(fb, t)
             else:
                 got = runner.replay(fb)
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
