@@ -238,34 +238,43 @@ class CudaGraphRunner:
 
     def step_cost(self, batch_size: int, row_tokens: int) -> float:
         """A verify step of `batch_size` requests of up to `row_tokens` tokens each, every token scored, in decode
-        steps' time: that of the verify graph taking it, else that of an eager forward. 1 where nothing was timed
-        (no graphs: every step is eager)."""
+        steps' time: that of the verify graph taking it, else that of an eager forward (`_decode_steps`). 1 where
+        nothing was timed (no graphs: every step is eager)."""
         bs = self.bucket(min(batch_size, self.max_bs))
-        seen = self.measured.seconds if self.measured is not None else {}
-        replay = seen.get((bs, 1)) or self.replay_seconds.get(bs)
-        if not replay:
-            return 1.0
         k = next((k for k in self.row_tokens if k >= row_tokens), None)
-        cost = (seen.get((bs, -k)) or self.verify_replay_seconds.get((bs, k))) if k is not None else None
-        if cost is None:  # verify replays are measured as (bs, -k)
-            cost = self.eager_seconds.get(bs, replay)
-        return max(1.0, cost / replay)
+        if k is None:
+            return self._decode_steps(bs, None, None)
+        return self._decode_steps(bs, (bs, -k), self.verify_replay_seconds.get((bs, k)))  # measured as (bs, -k)
 
     def jump_step_cost(self, batch_size: int, extra_tokens: int) -> float:
         """A decode step of `batch_size` requests in which some append `extra_tokens` tokens beyond one each (in
         rows of at most `max(row_tokens)`), in decode steps' time: that of the multi-token graph of the smallest
-        token count that holds them, as it runs (else as timed at capture). 1 where nothing was timed."""
+        token count that holds them (`_decode_steps`). 1 where nothing was timed or nothing is appended."""
         n = min(batch_size, self.max_bs)
         bs = self.bucket(n)
-        seen = self.measured.seconds if self.measured is not None else {}
-        replay = seen.get((bs, 1)) or self.replay_seconds.get(bs)
-        if not replay or extra_tokens <= 0:
+        if extra_tokens <= 0:
             return 1.0
         t = self._token_bucket(bs, n + extra_tokens)
-        cost = (seen.get((bs, t)) or self.short_replay_seconds.get((bs, t))) if t is not None else None
+        if t is None:
+            return self._decode_steps(bs, None, None)
+        return self._decode_steps(bs, (bs, t), self.short_replay_seconds.get((bs, t)))
+
+    def _decode_steps(self, bs: int, key: tuple[int, int] | None, captured: float | None) -> float:
+        """Seconds of graph `key` of bucket `bs` (None: an eager forward) over those of its decode graph, both as
+        they run. One not replayed yet is priced at its capture time plus what the decode replays take beyond
+        theirs at capture: padding rows read no KV at capture, and real contexts add the same reads to either
+        graph (pricing it at its capture time alone made jumps look cheaper than they run). At least 1; 1 where
+        nothing was timed."""
+        seen = self.measured.seconds if self.measured is not None else {}
+        at_capture = self.replay_seconds.get(bs)
+        decode = seen.get((bs, 1)) or at_capture
+        if not decode:
+            return 1.0
+        cost = seen.get(key) if key is not None else None
         if cost is None:
-            cost = self.eager_seconds.get(bs, replay)
-        return max(1.0, cost / replay)
+            base = captured if captured is not None else self.eager_seconds.get(bs, decode)
+            cost = base + max(decode - (at_capture or decode), 0.0)
+        return max(1.0, cost / decode)
 
     def _token_bucket(self, bs: int, tokens: int) -> int | None:
         """The smallest token count of bucket `bs`'s multi-token graphs >= `tokens`, or None."""

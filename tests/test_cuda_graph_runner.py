@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from radixgen.runtime.attention import attention_backend_for
-from radixgen.runtime.cuda_graph_runner import CudaGraphRunner, graph_batch_sizes, token_buckets
+from radixgen.runtime.cuda_graph_runner import CudaGraphRunner, ReplayTimes, graph_batch_sizes, token_buckets
 from radixgen.runtime.forward_batch import ForwardMode, forward_batch_from_lists
 from radixgen.runtime.kv_pool import PADDING_SLOT, KVPool, ReqToTokenPool
 from radixgen.runtime.loader import load_model
@@ -246,3 +246,29 @@ def test_verify_rows_replay_scores_every_token_as_the_eager_forward(setup):
     big, _ = _short_batch(rows, lens, [0, 1, 2, 3, 4], [2, 1, 1, 1, 1], seed=0)
     big.logits_indices = torch.arange(big.num_tokens)
     assert runner.verify_rows(big) is None  # 5 requests: above verify_max_bs
+
+
+def test_step_prices_read_replays_as_they_run_and_correct_capture_times_for_real_contexts(short_runner):
+    """A graph's price in decode steps: its replays over the decode graph's, as they run; one not replayed yet at
+    its capture time plus what real contexts add to the decode replays (padding rows read no KV at capture)."""
+    runner = short_runner
+    bs = runner.bucket(5)
+    t = min(c for c in token_buckets(bs, 4) if c >= 5 + 3)
+    saved = (runner.measured, dict(runner.replay_seconds), dict(runner.short_replay_seconds),
+             dict(runner.verify_replay_seconds))
+    try:
+        runner.measured = ReplayTimes()
+        runner.replay_seconds[bs] = 0.010
+        runner.short_replay_seconds[(bs, t)] = 0.015
+        runner.verify_replay_seconds[(bs, 4)] = 0.016
+        assert runner.jump_step_cost(5, 3) == pytest.approx(1.5)  # nothing measured yet: capture over capture
+        runner.measured.seconds[(bs, 1)] = 0.013  # real contexts add 3 ms to a decode replay
+        assert runner.jump_step_cost(5, 3) == pytest.approx((0.015 + 0.003) / 0.013)
+        assert runner.step_cost(5, 4) == pytest.approx((0.016 + 0.003) / 0.013)
+        runner.measured.seconds[(bs, t)] = 0.020
+        runner.measured.seconds[(bs, -4)] = 0.026
+        assert runner.jump_step_cost(5, 3) == pytest.approx(0.020 / 0.013)
+        assert runner.step_cost(5, 4) == pytest.approx(0.026 / 0.013)
+        assert runner.jump_step_cost(5, 0) == 1.0
+    finally:
+        runner.measured, runner.replay_seconds, runner.short_replay_seconds, runner.verify_replay_seconds = saved
