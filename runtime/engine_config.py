@@ -32,8 +32,9 @@ class EngineConfig:
     # GPU path.
     cuda_graph: bool = True
     cuda_graph_max_bs: int = 256
-    # Also capture graphs of rows of up to 2, 4, ... this many new tokens (jump-forward's forced tokens) per
-    # request; below 2: none (such steps then run eagerly).
+    # Also capture graphs of rows of up to this many new tokens per request (jump-forward's forced tokens, at a
+    # few total token counts per batch bucket; speculative verify rows of 2, 4, ... up to it); below 2: none
+    # (such steps then run eagerly).
     cuda_graph_max_row_tokens: int = 8
     # Misc.
     random_seed: int = 0
