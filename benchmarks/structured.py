@@ -13,6 +13,8 @@ constrained request per step, median and p90 over the constrained run's steps (t
 
 One engine per (backend, jump-forward) pair runs every batch size and kind; it is shut down and its memory
 freed before the next starts. A backend that fails to start, or a kind it cannot compile, is a row with a note.
+`--trace N` keeps the engine's step trace and prints, after each timed run, the loop's time per forward path
+and its N slowest steps (what profiling a run needs, without patching the loop).
 
     python benchmarks/structured.py                                  # CUDA: Llama-3-8B shape; CPU: default model
     python benchmarks/structured.py --device cpu --batches 16 --kinds json_schema
@@ -42,6 +44,7 @@ from radixgen.grammars.backend import GRAMMAR_BACKENDS, installed_grammar_backen
 from radixgen.grammars.tool_formats import FunctionSpec, ToolChoice, tool_call_ebnf
 from radixgen.grammars.tool_parsers import parse_tool_output
 from radixgen.runtime.engine import Engine
+from radixgen.runtime.step_trace import StepRecord
 
 SMOLLM2_TOKENIZER = QWEN3_TOKENIZER.parent.parent / "smollm2-135m-instruct.tokenizer.gguf"
 LLAMA3_8B_SHAPE = "llama3-8b-shape"  # --model name of the random-weight Llama-3-8B shape (Qwen3 tokenizer)
@@ -190,27 +193,52 @@ class Row:
     note: str = ""
 
 
-def timed_generate(engine: Engine, texts: list[str], params: list[dict]) -> tuple[list[dict], float, LoopCounts]:
-    """One generate call from an empty prefix cache: its outputs, wall seconds and engine counts."""
+def timed_generate(engine: Engine, texts: list[str], params: list[dict],
+                   trace: tuple[str, int] | None = None) -> tuple[list[dict], float, LoopCounts]:
+    """One generate call from an empty prefix cache: its outputs, wall seconds and engine counts; with `trace`
+    (a label, how many slow steps), the steps' summary printed (`print_trace`)."""
     engine.flush_cache()
+    engine.take_step_records()  # forget the steps before this call
     before = engine.get_stats()
     start = time.perf_counter()
     outs = cast(list[dict], engine.generate(texts, params))  # a list of prompts: a list of outputs
     wall = time.perf_counter() - start
+    if trace is not None:
+        print_trace(trace[0], engine.take_step_records(), trace[1])
     return outs, wall, LoopCounts.between(before, engine.get_stats())
 
 
-def measure(engine: Engine, head: Row, kind: ConstraintKind, max_new_tokens: int) -> Row:
-    """The constrained run of `head.batch` prompts, then the same prompts free for the same tokens."""
+def print_trace(label: str, records: list[StepRecord], slowest: int) -> None:
+    """A run's steps: the loop's seconds per forward path, the median step's parts, and the slowest steps."""
+    if not records:
+        return
+    paths: dict[str, list[float]] = {}
+    for r in records:
+        paths.setdefault(r.path.split(" ")[0], []).append(r.wall_s)
+    walls = sorted(r.wall_s for r in records)
+    print(f"trace {label}: {len(records)} steps, {sum(walls):.3f} s, median {walls[len(walls) // 2] * 1e3:.2f} ms; "
+          + ", ".join(f"{p} {len(w)} steps {sum(w):.3f} s" for p, w in sorted(paths.items())))
+    for r in sorted(records, key=lambda r: -r.wall_s)[:slowest]:
+        print(f"trace {label}:   step {r.index}: {r.wall_s * 1e3:.1f} ms, {r.mode} of {r.batch_size} ({r.tokens} "
+              f"tokens), {r.path}{', overlapped' if r.overlapped else ''}; forward {r.forward_s * 1e3:.1f} ms, "
+              f"grammar {r.grammar_s * 1e3:.1f} ms, sample {r.sample_s * 1e3:.1f} ms")
+
+
+def measure(engine: Engine, head: Row, kind: ConstraintKind, max_new_tokens: int, trace: int = 0) -> Row:
+    """The constrained run of `head.batch` prompts, then the same prompts free for the same tokens (`trace`: the
+    slowest steps to print of each, with the step trace on)."""
     texts = prompts(head.batch, kind)
+    label = f"{kind.name} b{head.batch} jump-forward {'on' if head.jump_forward else 'off'}"
     engine.core.call(engine.core.grammar_us_per_request.clear)
     outs, constrained_s, constrained = timed_generate(
-        engine, texts, [{"temperature": 0.0, "max_new_tokens": max_new_tokens, kind.param: kind.source}] * len(texts))
+        engine, texts, [{"temperature": 0.0, "max_new_tokens": max_new_tokens, kind.param: kind.source}] * len(texts),
+        (f"{label} constrained", trace) if trace else None)
     stats = engine.get_stats()
     lengths = [len(o["output_ids"]) for o in outs]
     invalid = sum(o["meta_info"]["finish_reason"]["type"] == "abort" or not kind.is_valid(o["text"]) for o in outs)
     free_outs, free_s, free = timed_generate(
-        engine, texts, [{"temperature": 0.0, "max_new_tokens": n, "ignore_eos": True} for n in lengths])
+        engine, texts, [{"temperature": 0.0, "max_new_tokens": n, "ignore_eos": True} for n in lengths],
+        (f"{label} free", trace) if trace else None)
     made = [len(o["output_ids"]) for o in free_outs]
     if made != lengths:
         raise RuntimeError(f"the free run made {sum(made)} tokens, not the constrained run's {sum(lengths)}")
@@ -230,7 +258,8 @@ def warm_up(engine: Engine, batches: list[int], kinds: list[ConstraintKind], max
                             {"temperature": 0.0, "max_new_tokens": max_new_tokens, kind.param: kind.source})
 
 
-def run_engine(options: dict, heads: list[Row], kinds: list[ConstraintKind], max_new_tokens: int) -> list[Row]:
+def run_engine(options: dict, heads: list[Row], kinds: list[ConstraintKind], max_new_tokens: int,
+               trace: int = 0) -> list[Row]:
     """Every (batch, kind) row of one engine; the engine is shut down and its memory freed before returning."""
     label = f"{heads[0].backend}, jump-forward {'on' if heads[0].jump_forward else 'off'}"
     start = time.perf_counter()
@@ -244,7 +273,7 @@ def run_engine(options: dict, heads: list[Row], kinds: list[ConstraintKind], max
         warm_up(engine, sorted({h.batch for h in heads}), kinds, max_new_tokens)
         for head in heads:
             try:
-                rows.append(measure(engine, head, KINDS[head.constraint], max_new_tokens))
+                rows.append(measure(engine, head, KINDS[head.constraint], max_new_tokens, trace))
             except Exception as exc:
                 rows.append(replace(head, note=f"{type(exc).__name__}: {exc}"))
             print(f"{label}: {format_row(rows[-1])}", flush=True)
@@ -313,6 +342,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jump-forward", nargs="+", choices=["on", "off"], default=["on", "off"])
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--json", type=Path, default=None, help="also write every row here")
+    ap.add_argument("--trace", type=int, default=0, metavar="N",
+                    help="print each timed run's time per forward path and its N slowest steps (the step trace)")
     args = ap.parse_args(argv)
 
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
@@ -321,14 +352,14 @@ def main(argv: list[str] | None = None) -> int:
     device_name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
     max_b = max(args.batches)
     options.update(device=device, max_running_requests=max_b, cuda_graph_max_bs=max_b,
-                   max_total_tokens=max_b * (256 + args.max_new_tokens) + 256)
+                   max_total_tokens=max_b * (256 + args.max_new_tokens) + 256, step_trace=8192 if args.trace else 0)
     kinds = [KINDS[k] for k in args.kinds]
     rows: list[Row] = []
     for backend in args.backends:
         for jf in (setting == "on" for setting in args.jump_forward):
             heads = [Row(device_name, backend, k.name, b, jf) for b in args.batches for k in kinds]
             rows += run_engine({**options, "grammar_backend": backend, "enable_jump_forward": jf}, heads, kinds,
-                               args.max_new_tokens)
+                               args.max_new_tokens, args.trace)
 
     print(f"\n{model_name}; greedy, at most {args.max_new_tokens} new tokens; "
           f"steps, decode steps and overlapped steps are constrained / free")

@@ -36,6 +36,7 @@ from radixgen.runtime.output_sink import AsyncSink, SyncSink
 from radixgen.runtime.outputs import MetaInfo
 from radixgen.runtime.request import Req
 from radixgen.runtime.sampling_params import SamplingParams
+from radixgen.runtime.step_trace import StepRecord
 from radixgen.runtime.tokenizer_fit import check_tokenizer_fits
 
 if TYPE_CHECKING:
@@ -377,6 +378,20 @@ class Engine:
 
     def get_stats(self) -> dict:
         return self.core.call(self.core.stats)
+
+    def take_step_records(self) -> list[StepRecord]:
+        """The loop's steps since the last call, oldest first, at most `step_trace` of them (the engine option;
+        none without it): what each ran and where its time went (runtime/step_trace.py)."""
+        trace = self.core.step_trace
+        if trace is None:
+            return []
+
+        def take() -> list[StepRecord]:
+            records = trace.records()
+            trace.clear()
+            return records
+
+        return self.core.call(take)
 
     def shutdown(self) -> None:
         if self._closed:

@@ -56,6 +56,7 @@ class EngineConfig:
     speculative_max_batch: int = 16
     draft_model_path: str | None = None
     log_level: str = "warning"
+    step_trace: int = 0  # keep the last this many steps' records (`EngineCore.step_trace`); 0: none
 
     @classmethod
     def from_options(cls, model_path: str | None = None, **options) -> EngineConfig:
@@ -81,6 +82,8 @@ class EngineConfig:
         check_kv_cache_dtype(self.kv_cache_dtype)
         if not 0.0 < self.mem_fraction <= 1.0:
             raise ValueError(f"mem_fraction must be in (0, 1], got {self.mem_fraction}")
+        if self.step_trace < 0:
+            raise ValueError(f"step_trace must be >= 0, got {self.step_trace}")
         if self.cpu_threads is not None and self.cpu_threads < 1:
             raise ValueError(f"cpu_threads must be >= 1, got {self.cpu_threads}")
         if not isinstance(self.disable_grammar_disk_cache, bool):

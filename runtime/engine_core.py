@@ -12,6 +12,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 import numpy as np
@@ -49,6 +50,7 @@ from radixgen.runtime.speculative import (
     make_drafter,
 )
 from radixgen.runtime.speculative.grammar_drafts import whole_utf8_prefix
+from radixgen.runtime.step_trace import StepRecord, StepTrace
 
 if TYPE_CHECKING:
     from radixgen.grammars import Vocabulary
@@ -99,6 +101,7 @@ class EngineCore:
         self.sampler = Sampler(self.vocab_size, self.device, seed=config.random_seed, token_count=tokenizer.vocab_size)
         self.counters = EngineCounters()
         self.grammar_us_per_request = StepTimes()  # per step: its grammar time over its constrained requests
+        self.step_trace = StepTrace(config.step_trace) if config.step_trace else None
         self.inbox: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()  # (kind, payload), see `_drain`
         self.reqs: dict[str, Req] = {}
         # rid -> why its grammar failed while filling this step's mask: the request ends when its token arrives
@@ -215,6 +218,8 @@ class EngineCore:
     def step(self) -> None:
         """Schedule, forward and sample one batch. With a step still in flight, the scheduler either overlaps
         (the next decode is launched before that step's tokens are delivered) or asks for them first."""
+        start = time.perf_counter()
+        before = replace(self.counters) if self.step_trace is not None else None
         prev = self._inflight
         if self.spec_policy is not None:
             self._observe_period()
@@ -239,6 +244,19 @@ class EngineCore:
             if constrained:
                 self.counters.grammar_request_steps += constrained
                 self.grammar_us_per_request.add((self.counters.grammar_seconds - grammar_before) * 1e6 / constrained)
+            if self.step_trace is not None and before is not None:
+                self._trace_step(batch, before, time.perf_counter() - start)
+
+    def _trace_step(self, batch: ScheduleBatch, before: EngineCounters, wall: float) -> None:
+        """Record the step just run (`EngineConfig.step_trace`), from the counters' change over it."""
+        c = self.counters
+        assert self.step_trace is not None, "traced only where the engine keeps a trace"
+        self.step_trace.add(StepRecord(
+            index=c.steps - 1, mode="decode" if batch.is_decode else "extend", batch_size=len(batch.items),
+            tokens=batch.num_tokens, path=self.runner.last_forward_path,
+            overlapped=c.overlapped_steps > before.overlapped_steps, wall_s=wall,
+            forward_s=c.forward_seconds - before.forward_seconds, grammar_s=c.grammar_seconds - before.grammar_seconds,
+            sample_s=c.sample_seconds - before.sample_seconds))
 
     def _launch(self, batch: ScheduleBatch, prev: SampledStep | None, constrained: bool) -> None:
         if prev is not None:

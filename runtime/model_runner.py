@@ -123,6 +123,7 @@ class ModelRunner:
                                                multi_query_max_tokens=config.cuda_graph_max_row_tokens)
         # Decode steps on CUDA replay captured graphs (runtime/cuda_graph_runner.py); everything else runs eagerly.
         self.graph_runner = None
+        self.last_forward_path = "eager"  # how the last forward ran: "graph", "multi-token <T>", "verify <k>"
         if self.device.type == "cuda" and config.cuda_graph:
             from radixgen.runtime.cuda_graph_runner import CudaGraphRunner
 
@@ -165,16 +166,22 @@ class ModelRunner:
 
     @torch.inference_mode()
     def forward(self, batch: ForwardBatch) -> torch.Tensor:
+        """The batch's logits: a captured graph's replay where one takes it, else the eager forward
+        (`last_forward_path` names which)."""
         graphs = self.graph_runner
         if graphs is not None:
             if graphs.can_run(batch):
+                self.last_forward_path = "graph"
                 return graphs.replay(batch)
             k = graphs.verify_rows(batch)
             if k is not None:
+                self.last_forward_path = f"verify {k}"
                 return graphs.replay_verify(batch, k)
             tokens = graphs.short_rows(batch)
             if tokens is not None:
+                self.last_forward_path = f"multi-token {tokens}"
                 return graphs.replay_short(batch, tokens)
+        self.last_forward_path = "eager"
         return self._run_model(batch)
 
     @torch.inference_mode()
@@ -183,7 +190,9 @@ class ModelRunner:
         (which keeps them), any other batch runs eagerly."""
         graphs = self.graph_runner
         if graphs is not None and graphs.can_run(batch):
+            self.last_forward_path = "graph"
             return graphs.replay_with_hidden(batch)
+        self.last_forward_path = "eager"
         return self._run_model_with_hidden(batch)
 
     def _run_model(self, batch: ForwardBatch) -> torch.Tensor:

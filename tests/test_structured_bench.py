@@ -55,9 +55,14 @@ def test_smoke_run_on_a_tiny_model(structured, tmp_path, capsys):
     out = tmp_path / "rows.json"
     assert structured.main(["--small", "--device", "cpu", "--batches", "2", "--kinds", "regex", "--backends",
                             "radixgen", "--jump-forward", "on", "off", "--max-new-tokens", "64",
-                            "--json", str(out)]) == 0
-    table = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| cpu | radixgen | regex |")]
+                            "--json", str(out), "--trace", "2"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    table = [line for line in printed if line.startswith("| cpu | radixgen | regex |")]
     assert len(table) == 2
+    # the step trace: per run a summary line (all eager on the CPU) and its two slowest steps
+    summaries = [line for line in printed if line.startswith("trace ") and " steps, " in line]
+    slowest = [line for line in printed if line.startswith("trace ") and ":   step " in line]
+    assert len(summaries) == 4 and all("eager" in line for line in summaries) and len(slowest) == 8
     rows = json.loads(out.read_text())["rows"]
     assert [(r["batch"], r["jump_forward"]) for r in rows] == [(2, True), (2, False)]
     for r in rows:
