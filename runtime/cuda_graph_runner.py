@@ -134,9 +134,11 @@ class CudaGraphRunner:
         self.short_replays = 0  # multi-token steps served
         self.verify_replays = 0  # verify steps served
         self.batches = {bs: self._static_batch(bs) for bs in self.batch_sizes}
-        k_most = max(self.row_tokens, default=0)
-        self.short_batches = {(bs, t): self._static_short_batch(bs, k_most, tokens=t) for bs in self.batch_sizes
-                              for t in token_buckets(bs, k_most)} if self.row_tokens else {}
+        self.max_row_tokens = max(self.row_tokens, default=0)  # the multi-token graphs' rows; 0: none
+        # per bucket, the total token counts of its multi-token graphs, ascending (`token_buckets`)
+        self.token_counts = {bs: token_buckets(bs, self.max_row_tokens) for bs in self.batch_sizes}
+        self.short_batches = {(bs, t): self._static_short_batch(bs, self.max_row_tokens, tokens=t)
+                              for bs, counts in self.token_counts.items() for t in counts}
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.outputs: dict[int, torch.Tensor] = {}
         self.hidden_outputs: dict[int, torch.Tensor] = {}  # per bucket, with `forward_with_hidden`
@@ -278,7 +280,9 @@ class CudaGraphRunner:
 
     def _token_bucket(self, bs: int, tokens: int) -> int | None:
         """The smallest token count of bucket `bs`'s multi-token graphs >= `tokens`, or None."""
-        return next((t for t in token_buckets(bs, max(self.row_tokens, default=0)) if t >= tokens), None)
+        counts = self.token_counts[bs]
+        i = bisect.bisect_left(counts, tokens)
+        return counts[i] if i < len(counts) else None
 
     def decode_seconds(self, batch_size: int) -> float | None:
         """GPU seconds of a decode step of `batch_size` requests (its graph's replays as they run, else as timed
@@ -307,7 +311,7 @@ class CudaGraphRunner:
                 and batch.req_to_token is self.req_to_token and batch.max_seq_len <= self.max_context
                 and (batch.logits_indices is None or batch.logits_indices.shape[0] == n)):
             return None
-        if batch.max_extend_len > max(self.row_tokens):
+        if batch.max_extend_len > self.max_row_tokens:
             return None
         return self._token_bucket(self.bucket(n), batch.num_tokens)
 

@@ -244,7 +244,7 @@ class EngineCore:
             if constrained:
                 self.counters.grammar_request_steps += constrained
                 self.grammar_us_per_request.add((self.counters.grammar_seconds - grammar_before) * 1e6 / constrained)
-            if self.step_trace is not None and before is not None:
+            if before is not None:  # the step trace is on
                 self._trace_step(batch, before, time.perf_counter() - start)
 
     def _trace_step(self, batch: ScheduleBatch, before: EngineCounters, wall: float) -> None:

@@ -158,7 +158,7 @@ class ModelRunner:
         """The most new tokens per request a captured graph takes beside one-token rows (None: no graphs)."""
         if self.graph_runner is None:
             return None
-        return max(self.graph_runner.row_tokens, default=1)
+        return self.graph_runner.max_row_tokens or 1
 
     @property
     def max_total_tokens(self) -> int:
