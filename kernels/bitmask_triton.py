@@ -8,12 +8,12 @@ import triton.language as tl
 
 
 @triton.jit
-def _bitmask_kernel(logits, bitmask, indices, stride_l, stride_b, vocab, num_words,
+def _bitmask_kernel(logits, bitmask, indices, stride_l, stride_b, stride_i, vocab, num_words,
                     HAS_INDICES: tl.constexpr, BLOCK: tl.constexpr):
     """Program (n, c): logits row indices[n] (or n), vocab block c; bit v of the row lives in word v // 32."""
     n = tl.program_id(0).to(tl.int64)
     if HAS_INDICES:
-        row = tl.load(indices + n).to(tl.int64)
+        row = tl.load(indices + n * stride_i).to(tl.int64)
     else:
         row = n
     offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
@@ -27,7 +27,8 @@ def _bitmask_kernel(logits, bitmask, indices, stride_l, stride_b, vocab, num_wor
 
 def apply_token_bitmask_triton(logits: torch.Tensor, bitmask: torch.Tensor,
                                indices: torch.Tensor | None = None) -> None:
-    """logits [R, V]; bitmask [N, W] int32 (N == R without indices); indices [N] names the rows masked."""
+    """logits [R, V]; bitmask [N, W] int32 (N == R without indices; rows may be strided); indices [N] (any
+    stride: the engine's staging keeps each row's index in the word after its mask) names the rows masked."""
     assert logits.stride(-1) == 1 and bitmask.stride(-1) == 1 and bitmask.dtype == torch.int32
     bitmask2 = bitmask.reshape(-1, bitmask.shape[-1])
     rows, vocab = bitmask2.shape[0], logits.shape[-1]
@@ -36,5 +37,6 @@ def apply_token_bitmask_triton(logits: torch.Tensor, bitmask: torch.Tensor,
     block = 4096
     _bitmask_kernel[(rows, triton.cdiv(vocab, block))](
         logits, bitmask2, indices if indices is not None else bitmask2, logits.stride(0), bitmask2.stride(0),
+        indices.stride(0) if indices is not None else 0,
         vocab, bitmask2.shape[1], HAS_INDICES=indices is not None, BLOCK=block, num_warps=4,
     )

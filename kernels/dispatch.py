@@ -219,7 +219,9 @@ def apply_token_bitmask(logits: Tensor, bitmask: Tensor, indices: Tensor | None 
     ops = _triton_for(logits)
     if ops is not None and logits.stride(-1) == 1:
         # the grammar fills masks on the host while the forward runs: bring them over without a sync
-        bitmask = bitmask.to(device=logits.device, dtype=torch.int32, non_blocking=True).contiguous()
+        bitmask = bitmask.to(device=logits.device, dtype=torch.int32, non_blocking=True)
+        if bitmask.stride(-1) != 1:
+            bitmask = bitmask.contiguous()
         if indices is not None:
             indices = indices.to(device=logits.device, non_blocking=True)
         return ops.apply_token_bitmask(logits, bitmask, indices)

@@ -237,6 +237,10 @@ def _check_bitmask(case: Case, impl: Callable, device: torch.device, gen: torch.
         indices = torch.randperm(rows, generator=gen)[: p["masked_rows"]].to(device=device, dtype=torch.int32)
     n = rows if indices is None else indices.shape[0]
     bitmask = torch.randint(-(2**31), 2**31 - 1, (n, words), generator=gen, dtype=torch.int32).to(device)
+    if p.get("staged") and indices is not None:  # the engine's staging: each row's index in the word after its mask
+        staged = torch.zeros((n, words + 4), dtype=torch.int32, device=device)
+        staged[:, :words], staged[:, words] = bitmask, indices
+        bitmask, indices = staged[:, :words], staged[:, words]
     expected = logits.clone()
     elementwise_ref.apply_token_bitmask_reference(expected, bitmask, indices)
     impl(logits, bitmask, indices)

@@ -157,6 +157,9 @@ def _elementwise_cases(size: str) -> list[Case]:
         Case("apply_token_bitmask", f"all-rows-{vocab}", "float32", {"rows": 6, "vocab": vocab, "words": words}),
         Case("apply_token_bitmask", "row-indices", "bfloat16", {"rows": 8 if small else 256, "vocab": vocab,
                                                                    "words": words, "masked_rows": 3 if small else 100}),
+        Case("apply_token_bitmask", "staged-rows", "bfloat16", {"rows": 8 if small else 256, "vocab": vocab,
+                                                                   "words": words, "masked_rows": 3 if small else 100,
+                                                                   "staged": True}),
         Case("apply_token_bitmask", "mask-shorter-than-vocab", "float32", {"rows": 2, "vocab": vocab + 77,
                                                                                "words": words}),
     ]

@@ -150,7 +150,8 @@ def apply_grammar(x: torch.Tensor, bitmask: torch.Tensor, rows: torch.Tensor | l
     if rows is None:
         apply_token_bitmask(x, bitmask)
         return
-    idx = torch.as_tensor(rows, dtype=torch.int64, device=x.device)
+    idx = rows.to(x.device) if isinstance(rows, torch.Tensor) else torch.as_tensor(rows, dtype=torch.int64,
+                                                                                   device=x.device)
     if bitmask.shape[0] != idx.shape[0]:
         raise ValueError(f"grammar_bitmask has {bitmask.shape[0]} rows for {idx.shape[0]} bitmask_rows")
     if idx.numel():
