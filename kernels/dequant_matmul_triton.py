@@ -35,7 +35,7 @@ ZEROS_FORMAT, MINS_FORMAT, SCALES_FORMAT = 1000, 1001, 1002
 DENSE_FROM_ROWS = 128  # from this many rows on, decode the weight once and run the dense matmul
 # the integer GEMV's tiles (one row): BLOCK_N columns, int32 words per column per step (BLOCK_K = words x values
 # per word: 512 inputs of int4, 256 of int8, the same bytes), programs per SM that split-K aims for, warps
-GEMV1_BLOCK_N, GEMV1_WORDS, GEMV1_PROGRAMS_PER_SM, GEMV1_WARPS = 32, 64, 8, 4
+GEMV1_BLOCK_N, GEMV1_WORDS, GEMV1_PROGRAMS_PER_SM, GEMV1_WARPS = 32, 64, 4, 4
 INT8_TILE_K = 32  # the tensor-core kernel's inputs per step for int8 (group 16: two groups)
 # the tensor-core kernel's columns, the programs per SM split-K aims for (up to 16 rows, more rows), warps
 TC_BLOCK_N, TC_PROGRAMS_PER_SM, TC_PROGRAMS_PER_SM_64, TC_WARPS = 64, 8, 4, 4
@@ -77,6 +77,23 @@ def _ints_f32(q, BITS: tl.constexpr):
     else:
         f = (q | 0x4B000000).to(tl.float32, bitcast=True) - 8388608.0
     return f
+
+
+@triton.jit
+def _placed_f32(low, high, i: tl.constexpr, BITS: tl.constexpr):
+    """Value i of int32 words, read in place, as fp32 (value << pos), and 2**-pos, the factor that undoes the
+    shift: one AND and one subtraction per value. `low` / `high` are the words (int4: and the words shifted
+    right by 12; int8: bytes + 128, XOR 0x80 each, and shifted right by 16) OR-ed once with 2**23's exponent
+    bits, which the AND keeps: the value lands in 2**23's mantissa (bits up to 22), taken off exactly."""
+    if BITS == 8:
+        pos = 8 * (i % 2)
+        src = low if i < 2 else high
+        f = (src & ((0xFF << pos) | 0x4B000000)).to(tl.float32, bitcast=True) - (8388608.0 + 128.0 * (1 << pos))
+    else:
+        pos = 4 * i if i < 5 else 4 * (i - 3)
+        src = low if i < 5 else high
+        f = (src & ((0xF << pos) | 0x4B000000)).to(tl.float32, bitcast=True) - 8388608.0
+    return f, 1.0 / (1 << pos)
 
 
 @triton.jit
@@ -286,9 +303,16 @@ def _int_gemv1_kernel(x, qweight, scales, offsets, out, partial, locks, bias, N,
                                                  N, FORMAT, GROUP, BITS)
         dot = tl.zeros((BLOCK_K // (32 // BITS), BLOCK_N), dtype=tl.float32)
         xsum = tl.zeros((BLOCK_K // (32 // BITS),), dtype=tl.float32)
+        # values read where they sit in the word, (value << pos), and x scaled by 2**-pos: both exact
+        if BITS == 8:
+            biased = packed ^ -0x7F7F7F80  # 0x80808080: signed bytes as unsigned, + 128
+            low, high = biased | 0x4B000000, (biased >> 16) | 0x4B000000
+        else:
+            low, high = packed | 0x4B000000, (packed >> 12) | 0x4B000000
         for i in tl.static_range(32 // BITS):
             xi = tl.load(x + word * (32 // BITS) + i, mask=mask_k, other=0.0).to(tl.float32)
-            dot += xi[:, None] * _ints_f32(_word_ints(packed, i, BITS), BITS)
+            f, unit = _placed_f32(low, high, i, BITS)
+            dot += (xi * unit)[:, None] * f
             if FORMAT != 1002:  # SCALES_FORMAT needs no sum of x
                 xsum += xi
         if FORMAT == 1000:  # ZEROS_FORMAT
