@@ -29,7 +29,7 @@ import torch
 
 REPO = Path(__file__).resolve().parent.parent
 TEXT = REPO / "tests" / "fixtures" / "text" / "public_domain.txt"
-SCHEMES = ("int4", "int4-g64", "int4-g32", "fp8", "gguf-q8_0", "gguf-q6_k", "gguf-q4_k")
+SCHEMES = ("int4", "int4-g64", "int4-g32", "fp8", "gguf-q8_0", "gguf-q6_k", "gguf-q5_k", "gguf-q4_k")
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """Quantized matmuls at batch 1 (and a few larger batches): achieved weight bandwidth against the device's copy
 bandwidth, for every Llama-3-8B linear shape, bf16 (cuBLAS) against int4 (Triton), FP8 (`torch._scaled_mm` or
-the FP8 GEMV), GGUF Q4_K / Q8_0 / Q6_K blocks (Triton's block kernels), and each repacked as a GGUF file's blocks
-are on CUDA (runtime/quant/gguf_repack.py): Q4_K as int4 with group minimums, Q8_0 and Q6_K as int8 with group
+the FP8 GEMV), GGUF Q4_K / Q8_0 / Q5_K / Q6_K blocks (Triton's block kernels), and each repacked as a GGUF file's
+blocks are on CUDA (runtime/quant/gguf_repack.py): Q4_K as int4 with group minimums, Q5_K as int8 with group
+minimums, Q8_0 and Q6_K as int8 with group
 scales (`gguf-*-repacked`: the int4 / int8 kernels).
 
 Bandwidth = bytes of the weight (packed data, scales and zeros) / time per matmul. Each timing replays a CUDA
@@ -25,15 +26,15 @@ import torch
 
 from radixgen import kernels
 from radixgen.kernels import GGUFWeight, LinearWeight, weight_nbytes
-from radixgen.kernels.gguf_ref import Q4_K, Q6_K, Q8_0
+from radixgen.kernels.gguf_ref import Q4_K, Q5_K, Q6_K, Q8_0
 from radixgen.runtime.quant.gguf_blocks import quantize_blocks
 from radixgen.runtime.quant.gguf_repack import repack_blocks
 from radixgen.runtime.quant.rtn import quantize_fp8, quantize_int4_rtn
 
 SHAPES = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336)}
-GGUF_TYPES = {"gguf-q4_k": Q4_K.code, "gguf-q8_0": Q8_0.code, "gguf-q6_k": Q6_K.code}
-SCHEMES = ("bf16", "int4", "fp8", "gguf-q4_k", "gguf-q4_k-repacked", "gguf-q8_0", "gguf-q8_0-repacked", "gguf-q6_k",
-           "gguf-q6_k-repacked")
+GGUF_TYPES = {"gguf-q4_k": Q4_K.code, "gguf-q8_0": Q8_0.code, "gguf-q5_k": Q5_K.code, "gguf-q6_k": Q6_K.code}
+SCHEMES = ("bf16", "int4", "fp8", "gguf-q4_k", "gguf-q4_k-repacked", "gguf-q8_0", "gguf-q8_0-repacked", "gguf-q5_k",
+           "gguf-q5_k-repacked", "gguf-q6_k", "gguf-q6_k-repacked")
 MIN_BYTES = 256 << 20
 
 

@@ -1,5 +1,5 @@
 """Triton twins of `quant_linear_reference` for weights decoded in registers: int4 (W4A16), int8 (W8A16, GGUF's
-Q8_0 and Q6_K repacked) and GGUF blocks.
+Q8_0, Q5_K and Q6_K repacked) and GGUF blocks.
 
 One skeleton, one tile decoder per format. A program owns BLOCK_N output columns of BLOCK_M rows and a slice of
 K (split-K, so a batch-1 GEMV still fills the GPU: the slices' fp32 partial sums land in [splits, M, N], and the
@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from radixgen.kernels.gguf_ref import Q4_0, Q4_1, Q4_K, Q6_K, Q8_0
+from radixgen.kernels.gguf_ref import Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, Q8_0
 from radixgen.kernels.quant_weight import GGUFWeight, Int4Weight, Int8Weight
 
 # format ids of packed integer weights in the kernels, by how a group's offsets apply (GGUF formats: GGML type
@@ -41,7 +41,7 @@ INT8_TILE_K = 32  # the tensor-core kernel's inputs per step for int8 (group 16:
 TC_BLOCK_N, TC_PROGRAMS_PER_SM, TC_PROGRAMS_PER_SM_64, TC_WARPS = 64, 8, 4, 4
 
 # rows of the block column one decode step of a GGUF format covers: a (sub-)block
-_GGUF_BLOCK_K = {Q8_0.code: 32, Q4_0.code: 32, Q4_1.code: 32, Q4_K.code: 32, Q6_K.code: 16}
+_GGUF_BLOCK_K = {Q8_0.code: 32, Q4_0.code: 32, Q4_1.code: 32, Q4_K.code: 32, Q5_K.code: 32, Q6_K.code: 16}
 
 
 @triton.jit
@@ -195,8 +195,8 @@ def _decode_tile(w0, w1, w2, k0, offs_n, mask_n, N, ROW_BYTES, FORMAT: tl.conste
         m = _f16(w0, base + 2, mask_n)
         q = (_u8(w0, base[None, :] + 4 + (e % 16)[:, None], mask) >> (4 * (e // 16))[:, None]) & 0xF
         w = d[None, :] * q.to(tl.float32) + m[None, :]
-    elif FORMAT == 12:  # Q4_K: block column k0 is sub-block j of its super-block
-        base = offs_n.to(tl.int64) * ROW_BYTES + (k0 // 256) * 144
+    elif FORMAT == 12 or FORMAT == 13:  # Q4_K, Q5_K: block column k0 is sub-block j of its super-block
+        base = offs_n.to(tl.int64) * ROW_BYTES + (k0 // 256) * (144 if FORMAT == 12 else 176)
         j = (k0 % 256) // 32
         d = _f16(w0, base, mask_n)
         dmin = _f16(w0, base + 2, mask_n)
@@ -205,7 +205,11 @@ def _decode_tile(w0, w1, w2, k0, offs_n, mask_n, N, ROW_BYTES, FORMAT: tl.conste
         c = _u8(w0, base + 12 + j % 4, mask_n)
         sc = tl.where(j < 4, a & 63, (c & 0xF) | ((a >> 6) << 4)).to(tl.float32)
         mn = tl.where(j < 4, b & 63, (c >> 4) | ((b >> 6) << 4)).to(tl.float32)
-        q = (_u8(w0, base[None, :] + 16 + (j // 2) * 32 + e[:, None], mask) >> (4 * (j % 2))) & 0xF
+        if FORMAT == 12:
+            q = (_u8(w0, base[None, :] + 16 + (j // 2) * 32 + e[:, None], mask) >> (4 * (j % 2))) & 0xF
+        else:  # the nibbles after 32 bytes of high bits: bit j of byte e is element e's fifth bit
+            q = (_u8(w0, base[None, :] + 48 + (j // 2) * 32 + e[:, None], mask) >> (4 * (j % 2))) & 0xF
+            q = q | (((_u8(w0, base[None, :] + 16 + e[:, None], mask) >> j) & 1) << 4)
         w = (d * sc)[None, :] * q.to(tl.float32) - (dmin * mn)[None, :]
     else:  # Q6_K: block column k0 is the 16 elements of scale j
         base = offs_n.to(tl.int64) * ROW_BYTES + (k0 // 256) * 210
@@ -367,7 +371,8 @@ def _operands(w: Int4Weight | Int8Weight | GGUFWeight) -> _Operands:
     if isinstance(w, Int8Weight):
         g, k = w.group_size, w.shape[1]
         step = max(g, INT8_TILE_K)  # a group (16: two) per step
-        return _Operands(w.qweight, w.scales, w.scales, SCALES_FORMAT, 8, g, step if k % step == 0 else g, 0)
+        fmt, offsets = (SCALES_FORMAT, w.scales) if w.mins is None else (MINS_FORMAT, w.mins)
+        return _Operands(w.qweight, w.scales, offsets, fmt, 8, g, step if k % step == 0 else g, 0)
     return _Operands(w.blocks, w.blocks, w.blocks, w.qtype, 0, 1, _GGUF_BLOCK_K[w.qtype], w.blocks.shape[1])
 
 

@@ -8,6 +8,8 @@ Each decoder takes rows of blocks (uint8 [N, row_bytes]) and returns fp32 [N, K]
     Q4_1  32 elems, 20 B:  d, m, 16 B nibbles                       w = d * q + m
     Q4_K  256 elems, 144 B: d, dmin, 12 B of 6-bit (scale, min) x 8, 128 B nibbles
                                                                     w = d * sc[j] * q - dmin * mn[j], j = e // 32
+    Q5_K  256 elems, 176 B: d, dmin, 12 B of scales and mins as Q4_K's, 32 B high bits, 128 B nibbles
+                                          q = nibble | bit j of qh[e % 32] << 4,   w as Q4_K's (q in 0..31)
     Q6_K  256 elems, 210 B: 128 B low nibbles, 64 B high 2-bit pairs, 16 x int8 scales, d
                                                                     w = d * sc[e // 16] * (q - 32)
 """
@@ -33,8 +35,9 @@ Q8_0 = BlockFormat("Q8_0", 8, 32, 34)
 Q4_0 = BlockFormat("Q4_0", 2, 32, 18)
 Q4_1 = BlockFormat("Q4_1", 3, 32, 20)
 Q4_K = BlockFormat("Q4_K", 12, 256, 144)
+Q5_K = BlockFormat("Q5_K", 13, 256, 176)
 Q6_K = BlockFormat("Q6_K", 14, 256, 210)
-BLOCK_FORMATS: dict[int, BlockFormat] = {f.code: f for f in (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K)}
+BLOCK_FORMATS: dict[int, BlockFormat] = {f.code: f for f in (Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K)}
 
 
 def _f16(b: Tensor) -> Tensor:
@@ -78,6 +81,24 @@ def _q4_k(b: Tensor) -> Tensor:
     return (d * q - dm).reshape(n, 256)
 
 
+def q5_k_values(b: Tensor) -> Tensor:
+    """[n, 176] uint8 Q5_K blocks -> q uint8 [n, 256] in 0..31: sub-block j's nibbles (as Q4_K's) with bit j of
+    the high-bit bytes qh[e % 32] as their fifth bit."""
+    n = b.shape[0]
+    low = _nibbles(b[:, 48:176], 32).reshape(n, 8, 32)
+    shifts = torch.arange(8, dtype=torch.uint8, device=b.device).view(1, 8, 1)
+    high = (b[:, 16:48].reshape(n, 1, 32) >> shifts) & 1
+    return (low | (high << 4)).reshape(n, 256)
+
+
+def _q5_k(b: Tensor) -> Tensor:
+    n = b.shape[0]
+    sc, mn = q4_k_scale_min(b[:, 4:16])
+    d = (_f16(b[:, 0:2]) * sc.float()).reshape(n, 8, 1)
+    dm = (_f16(b[:, 2:4]) * mn.float()).reshape(n, 8, 1)
+    return (d * q5_k_values(b).float().reshape(n, 8, 32) - dm).reshape(n, 256)
+
+
 def q6_k_values(b: Tensor) -> tuple[Tensor, Tensor]:
     """[n, 210] uint8 Q6_K blocks -> (q int8 [n, 256] in -32..31, scales fp32 [n, 16] = d * sc, exact): the
     block's element e is q[e] * scales[e // 16]."""
@@ -95,7 +116,7 @@ def _q6_k(b: Tensor) -> Tensor:
 
 
 _DECODERS: dict[int, Callable[[Tensor], Tensor]] = {
-    Q8_0.code: _q8_0, Q4_0.code: _q4_0, Q4_1.code: _q4_1, Q4_K.code: _q4_k, Q6_K.code: _q6_k,
+    Q8_0.code: _q8_0, Q4_0.code: _q4_0, Q4_1.code: _q4_1, Q4_K.code: _q4_k, Q5_K.code: _q5_k, Q6_K.code: _q6_k,
 }
 
 

@@ -65,7 +65,10 @@ def dequantize(w: QuantizedWeight, dtype: torch.dtype = torch.float32) -> Tensor
         return ((q - w.offsets.float().repeat_interleave(g, dim=0)) * scales).t().to(dtype)
     if isinstance(w, Int8Weight):
         scales = w.scales.float().repeat_interleave(w.group_size, dim=0)
-        return (unpack_int8(w.qweight).float() * scales).t().to(dtype)
+        q = unpack_int8(w.qweight).float() * scales
+        if w.mins is not None:
+            q = q - w.mins.float().repeat_interleave(w.group_size, dim=0)
+        return q.t().to(dtype)
     if isinstance(w, Fp8Weight):
         return (w.weight.float() * w.scale.view(-1, 1)).to(dtype)
     if isinstance(w, GGUFWeight):

@@ -69,15 +69,17 @@ class Int4Weight:
 
 @dataclass(frozen=True)
 class Int8Weight:
-    """W8A16 with group scales and no zero points (GGUF's Q8_0 and Q6_K, repacked), packed along K in int32
-    words as Int4Weight is, four signed bytes to a word, lowest first:
+    """W8A16 with group scales and, optionally, group minimums (GGUF's Q8_0 and Q6_K, and Q5_K with minimums,
+    repacked), packed along K in int32 words as Int4Weight is, four signed bytes to a word, lowest first:
 
         q[k, n]  = byte k % 4 of qweight[k // 4, n], as a two's complement int8
-        w[n, k]  = q[k, n] * scales[k // g, n]"""
+        w[n, k]  = q[k, n] * scales[k // g, n]                        without mins,
+                 = q[k, n] * scales[k // g, n] - mins[k // g, n]      with mins"""
 
     qweight: Tensor  # int32 [K // 4, N]
-    scales: Tensor  # float16 (Q8_0's d as stored) or float32 (Q6_K's d * sub-block scale) [K // g, N]
+    scales: Tensor  # float16 (Q8_0's d as stored) or float32 (Q6_K's and Q5_K's d * sub-block scale) [K // g, N]
     group_size: int
+    mins: Tensor | None = None  # float32 [K // g, N] (Q5_K's dmin * sub-block min)
     locks: Tensor = field(init=False, repr=False, compare=False)  # the split-K matmul's tile counters
 
     def __post_init__(self) -> None:
@@ -90,7 +92,8 @@ class Int8Weight:
         return self.qweight.shape[1], self.qweight.shape[0] * INT8_PACK
 
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in (self.qweight, self.scales))
+        parts = (self.qweight, self.scales) if self.mins is None else (self.qweight, self.scales, self.mins)
+        return sum(t.numel() * t.element_size() for t in parts)
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from radixgen.kernels import (
     pack_int8,
     quant_linear_reference,
 )
-from radixgen.kernels.gguf_ref import Q4_0, Q4_1, Q4_K, Q6_K, Q8_0
+from radixgen.kernels.gguf_ref import Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, Q8_0
 from radixgen.kernels.quant_ref import quantize_fp8_per_token
 from radixgen.runtime.quant.gguf_blocks import QUANTIZABLE_TYPES, quantize_blocks
 from radixgen.runtime.quant.rtn import quantize_fp8
@@ -69,7 +69,7 @@ def cases(size: str) -> list[Case]:
         out += [Case("int8", m, 40, 272, 16) for m in (1, 5, 17)]
         out += [Case("int8", m, 72, 2048, g) for m in (1, 3, 20) for g in (16, 32)]
         out += [Case("int8", m, 72, 1024, g, dtype="float16", bias=True) for m in (1, 4, 17) for g in (16, 32)]
-        out += [Case(t.name, m, 40, 512) for t in (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K) for m in (1, 5, 17)]
+        out += [Case(t.name, m, 40, 512) for t in (Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K) for m in (1, 5, 17)]
         # FP8 GEMV: a partial channel tile and a ragged (masked) last step (K = 256, 1200, 300), K split among
         # programs (2048), the tensor-core tiles at 1 row too, a bias, half-precision outputs
         out += [Case("fp8", m, 40, k) for m in (1, 3, 15) for k in (256, 2048)]
@@ -87,7 +87,7 @@ def cases(size: str) -> list[Case]:
     out += [Case("int8", m, n, k, g, dtype="bfloat16") for g in (32, 16) for m in (1, 4, 16, 64, 256)
             for n, k in shapes]
     out += [Case("int8", m, 6144, 4096, 32, dtype="bfloat16", bias=True) for m in (1, 4)]
-    out += [Case(t.name, m, n, k, dtype="bfloat16") for t in (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K) for m in (1, 16, 256)
+    out += [Case(t.name, m, n, k, dtype="bfloat16") for t in (Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K) for m in (1, 16, 256)
             for n, k in shapes[:2]]
     out += [Case("fp8", m, n, k, dtype="bfloat16") for m in (1, 4, 15) for n, k in shapes]
     out += [Case("fp8-mma", 1, n, k, dtype="bfloat16") for n, k in shapes]
@@ -133,7 +133,7 @@ def make_weight(case: Case, device: torch.device, gen: torch.Generator) -> Quant
         scales = torch.rand(case.k // case.group, case.n, generator=gen) * 0.002 + 0.0001
         scales = scales if case.group == 16 else scales.half()
         return Int8Weight(pack_int8(q).to(device), scales.to(device), case.group)
-    fmt = {f.name: f for f in (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K)}[case.kind]
+    fmt = {f.name: f for f in (Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K)}[case.kind]
     dense = torch.randn(case.n, case.k, generator=gen) * 0.05
     if fmt.code in QUANTIZABLE_TYPES:
         blocks = quantize_blocks(dense, fmt.code)

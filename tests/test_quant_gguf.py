@@ -1,5 +1,5 @@
 """GGUF kept quantized (`quantization="gguf"` on CUDA) runs like the dequantized model; its blocks repacked as
-Int4Weights (Q4_0, Q4_1, Q4_K) and Int8Weights (Q8_0, Q6_K) dequantize to the reference's values bit for bit;
+Int4Weights (Q4_0, Q4_1, Q4_K) and Int8Weights (Q8_0, Q5_K, Q6_K) dequantize to the reference's values bit for bit;
 the block decoders and quantizers agree with gguf.quants; dense models quantized at load (`quantization=...`)
 track the dense model."""
 
@@ -23,7 +23,7 @@ from radixgen.kernels import (
     StackedWeight,
     dequantize_weight,
 )
-from radixgen.kernels.gguf_ref import Q4_0, Q4_1, Q4_K, Q6_K, Q8_0, BlockFormat, dequantize_blocks
+from radixgen.kernels.gguf_ref import Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, Q8_0, BlockFormat, dequantize_blocks
 from radixgen.runtime.config import ModelConfig
 from radixgen.runtime.loader import _load_gguf, load_model
 from radixgen.runtime.loader.gguf_file import hf_name, load_gguf_weights, open_gguf, read_gguf_config
@@ -64,7 +64,8 @@ def _layout(w: LinearWeight) -> str:
     if isinstance(w, Int4Weight):
         return f"int4-{'zeros' if w.mins is None else 'mins'}-{str(w.scales.dtype).removeprefix('torch.')}"
     if isinstance(w, Int8Weight):
-        return f"int8-g{w.group_size}-{str(w.scales.dtype).removeprefix('torch.')}"
+        mins = "" if w.mins is None else "-mins"
+        return f"int8-g{w.group_size}{mins}-{str(w.scales.dtype).removeprefix('torch.')}"
     return "dense"
 
 
@@ -118,7 +119,8 @@ def test_default_gguf_kept_quantized_matches_dequantize_at_load(default_model_pa
 
 @pytest.mark.parametrize(("quantization", "kind", "bound"),
                          [("int4", "Int4Weight", 0.3), ("int4-g32", "Int4Weight", 0.25), ("fp8", "Fp8Weight", 0.1),
-                          ("gguf-q8_0", "Q8_0", 0.02), ("gguf-q4_k", "Q4_K", 0.25), ("gguf-q6_k", "Q6_K", 0.06)])
+                          ("gguf-q8_0", "Q8_0", 0.02), ("gguf-q4_k", "Q4_K", 0.25), ("gguf-q5_k", "Q5_K", 0.1),
+                          ("gguf-q6_k", "Q6_K", 0.06)])
 def test_dense_model_quantized_at_load_tracks_it(quantization: str, kind: str, bound: float) -> None:
     """Random Gaussian weights are the worst case for 4 bits (no outliers to spend the range on, nothing
     redundant): bounds are about 1.5x what each scheme gives here, in their expected order."""
@@ -153,23 +155,25 @@ def test_default_gguf_on_cuda_keeps_blocks_and_tracks_the_cpu_model(default_mode
                                                                            7])) < 5e-2
 
 
-# --- Q4_0 / Q4_1 / Q4_K repacked as Int4Weight, Q8_0 / Q6_K as Int8Weight ---------------------------------------
+# --- Q4_0 / Q4_1 / Q4_K repacked as Int4Weight, Q8_0 / Q5_K / Q6_K as Int8Weight --------------------------------
 
-REPACKED = [Q4_0, Q4_1, Q4_K, Q8_0, Q6_K]
+REPACKED = [Q4_0, Q4_1, Q4_K, Q8_0, Q5_K, Q6_K]
 # bits per weight: the GGUF block, and the weight it becomes: 4-bit q + an fp16 (Q4_0, Q4_1) or fp32 (Q4_K) scale
-# and offset per 32; 8-bit q + an fp16 scale per 32 (Q8_0) or an fp32 scale per 16 (Q6_K)
-BLOCK_BPW = {Q4_0.code: 4.5, Q4_1.code: 5.0, Q4_K.code: 4.5, Q8_0.code: 8.5, Q6_K.code: 6.5625}
-REPACKED_BPW = {Q4_0.code: 5.0, Q4_1.code: 5.0, Q4_K.code: 6.0, Q8_0.code: 8.5, Q6_K.code: 10.0}
+# and offset per 32; 8-bit q + an fp16 scale per 32 (Q8_0), an fp32 scale and minimum per 32 (Q5_K) or an fp32
+# scale per 16 (Q6_K)
+BLOCK_BPW = {Q4_0.code: 4.5, Q4_1.code: 5.0, Q4_K.code: 4.5, Q8_0.code: 8.5, Q5_K.code: 5.5, Q6_K.code: 6.5625}
+REPACKED_BPW = {Q4_0.code: 5.0, Q4_1.code: 5.0, Q4_K.code: 6.0, Q8_0.code: 8.5, Q5_K.code: 10.0, Q6_K.code: 10.0}
 REPACKED_LAYOUT = {Q4_0.code: "int4-zeros-float16", Q4_1.code: "int4-mins-float16", Q4_K.code: "int4-mins-float32",
-                   Q8_0.code: "int8-g32-float16", Q6_K.code: "int8-g16-float32"}
+                   Q8_0.code: "int8-g32-float16", Q5_K.code: "int8-g32-mins-float32", Q6_K.code: "int8-g16-float32"}
 EXTREME_HALVES = (65504.0, -65504.0, 2.0**-24, -(2.0**-24), 2.0**-14, 0.0, -0.0, 1.0, -1.0, 0.0999)
-HALF_FIELDS = {Q4_0.code: (0,), Q4_1.code: (0, 2), Q4_K.code: (0, 2), Q8_0.code: (0,), Q6_K.code: (208,)}  # d (m)
+HALF_FIELDS = {Q4_0.code: (0,), Q4_1.code: (0, 2), Q4_K.code: (0, 2), Q8_0.code: (0,), Q5_K.code: (0, 2),
+               Q6_K.code: (208,)}  # d (m)
 
 
 def random_blocks(qtype: int, rows: int, k: int, gen: torch.Generator, extremes: bool = True) -> torch.Tensor:
     """uint8 [rows, row bytes] of random blocks: random quants (and Q4_K 6-bit, Q6_K 8-bit scales and mins) with
     finite f16 fields (d, and m or dmin) drawn over every finite bit pattern; with `extremes` the first rows take
-    EXTREME_HALVES (largest, subnormal, signed zeros), one Q4_K super-block has every 6-bit field 63, one 0, and
+    EXTREME_HALVES (largest, subnormal, signed zeros), one Q4_K / Q5_K super-block has every 6-bit field 63, one 0, and
     the first Q6_K super-blocks of the largest d's rows have every sub-block scale -128 and 127."""
     fmt = BLOCK_FORMATS[qtype]
     blocks = torch.randint(0, 256, (rows, k // fmt.block_elems, fmt.block_bytes), dtype=torch.uint8, generator=gen)
@@ -184,7 +188,7 @@ def random_blocks(qtype: int, rows: int, k: int, gen: torch.Generator, extremes:
     for j, at in enumerate(offsets):
         blocks[..., at] = (bits[..., j] & 0xFF).to(torch.uint8)
         blocks[..., at + 1] = (bits[..., j] >> 8).to(torch.uint8)
-    if qtype == Q4_K.code and extremes:
+    if qtype in (Q4_K.code, Q5_K.code) and extremes:
         blocks[-1, 0, 4:16] = 0xFF
         blocks[-1, -1, 4:16] = 0x00
     if qtype == Q6_K.code and extremes:
@@ -236,9 +240,12 @@ MIXED_TYPES = (
      "ffn_down": Q4_K},
     {"attn_q": Q8_0, "attn_k": Q8_0, "attn_v": Q8_0, "attn_output": Q6_K, "ffn_gate": Q6_K, "ffn_up": Q6_K,
      "ffn_down": Q8_0},
+    {"attn_q": Q5_K, "attn_k": Q5_K, "attn_v": Q5_K, "attn_output": Q5_K, "ffn_gate": Q5_K, "ffn_up": Q4_K,
+     "ffn_down": Q5_K},
 )
 MIXED_LAYOUTS = {"int4-mins-float32+int4-mins-float32+int8-g16-float32", "int4-zeros-float16", "int4-mins-float16",
-                 "int8-g32-float16", "int4-mins-float32+int4-mins-float16", "int4-mins-float32", "int8-g16-float32"}
+                 "int8-g32-float16", "int4-mins-float32+int4-mins-float16", "int4-mins-float32", "int8-g16-float32",
+                 "int8-g32-mins-float32", "int8-g32-mins-float32+int4-mins-float32"}
 MIXED = {"hidden": 256, "inter": 512, "heads": 4, "kv_heads": 2, "vocab": 512}
 
 
@@ -294,7 +301,8 @@ def test_mixed_gguf_repacked_gives_the_dequantized_logits(tmp_path) -> None:
     blocks, _ = _load_kept_quantized(path, repack=False)
     dense, _ = load_model(path)
     assert _layouts(repacked) == MIXED_LAYOUTS
-    assert _layouts(blocks) == {"Q4_K+Q4_K+Q6_K", "Q4_0", "Q4_1", "Q8_0", "Q4_K+Q4_1", "Q4_K", "Q6_K"}
+    assert _layouts(blocks) == {"Q4_K+Q4_K+Q6_K", "Q4_0", "Q4_1", "Q8_0", "Q4_K+Q4_1", "Q4_K", "Q6_K", "Q5_K",
+                                "Q5_K+Q4_K"}
     for r, b in zip(repacked.linear_slots(), blocks.linear_slots()):  # the same values, rows in the same order
         assert _bits(dequantize_weight(r.weight)).equal(_bits(dequantize_weight(b.weight)))
     ids = [1, 7, 300, 42, 5, 511, 64, 2]
@@ -365,7 +373,8 @@ def test_cuda_runs_repacked_weights_like_the_reference() -> None:
     from quant_kernel_cases import TOLERANCE
 
     def tensors(w: Int4Weight | Int8Weight) -> tuple[torch.Tensor, ...]:
-        return (w.qweight, w.scales) + ((w.offsets,) if isinstance(w, Int4Weight) else ())
+        return (w.qweight, w.scales) + ((w.offsets,) if isinstance(w, Int4Weight) else
+                                        (w.mins,) if w.mins is not None else ())
 
     gen = torch.Generator().manual_seed(3)
     for fmt in REPACKED:

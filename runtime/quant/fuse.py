@@ -23,8 +23,8 @@ def _same_perm(parts: list[Int4Weight]) -> bool:
 
 def fuse_shards(shards: list[LinearWeight]) -> LinearWeight:
     """cat(shards, dim=0) as a weight: one packed tensor set where the shards share a layout (dense, int4 with one
-    group size and input order, int8 with one group size and scale dtype, FP8, GGUF of one type), else a
-    StackedWeight of the parts."""
+    group size and input order, int8 with one group size and scale dtype, all with minimums or none, FP8, GGUF of
+    one type), else a StackedWeight of the parts."""
     if len(shards) == 1:
         return shards[0]
     if all(isinstance(s, torch.Tensor) for s in shards):
@@ -42,9 +42,10 @@ def fuse_shards(shards: list[LinearWeight]) -> LinearWeight:
                           None if with_mins else offsets, int4[0].group_size, int4[0].perm,
                           mins=offsets if with_mins else None)
     int8 = [s for s in quantized if isinstance(s, Int8Weight)]
-    if len(int8) == len(quantized) and len({(s.group_size, s.scales.dtype) for s in int8}) == 1:
+    if len(int8) == len(quantized) and len({(s.group_size, s.scales.dtype, s.mins is None) for s in int8}) == 1:
+        mins = [s.mins for s in int8 if s.mins is not None]
         return Int8Weight(torch.cat([s.qweight for s in int8], dim=1), torch.cat([s.scales for s in int8], dim=1),
-                          int8[0].group_size)
+                          int8[0].group_size, mins=torch.cat(mins, dim=1) if mins else None)
     fp8 = [s for s in quantized if isinstance(s, Fp8Weight)]
     if len(fp8) == len(quantized):
         return Fp8Weight(torch.cat([s.weight for s in fp8], dim=0), torch.cat([s.scale for s in fp8], dim=0))

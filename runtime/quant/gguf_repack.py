@@ -1,5 +1,5 @@
 """GGUF blocks repacked exactly into the packed-integer layout: the 4-bit types (Q4_0, Q4_1, Q4_K) into an
-Int4Weight, Q8_0 and Q6_K into an Int8Weight, so that the int4 / int8 matmul, which reads whole [K // 4 or 8, N]
+Int4Weight, Q8_0, Q5_K and Q6_K into an Int8Weight, so that the int4 / int8 matmul, which reads whole [K // 4 or 8, N]
 words, runs them instead of the GGUF kernels, which gather bytes block by block.
 
 Per group of inputs (a Q4_0 / Q4_1 / Q8_0 block or a Q4_K sub-block of 32, a Q6_K sub-block of 16), as
@@ -9,6 +9,7 @@ Per group of inputs (a Q4_0 / Q4_1 / Q8_0 block or a Q4_K sub-block of 32, a Q6_
     Q4_1  w = d * q + m                   int4, scales = d,       mins = -m         (float16: d and m as stored)
     Q4_K  w = (d * sc) * q - dmin * mn    int4, scales = d * sc,  mins = dmin * mn  (float32)
     Q8_0  w = d * q                       int8 q, scales = d                        (float16: d as stored)
+    Q5_K  w = (d * sc) * q - dmin * mn    int8 q (0..31), scales = d * sc, mins = dmin * mn  (float32)
     Q6_K  w = (d * sc) * (q - 32)         int8 q - 32, scales = d * sc, group 16   (float32)
 
 Every value is the reference's bit for bit: d * sc and dmin * mn (11-bit times 6- or 8-bit significands) are
@@ -23,12 +24,23 @@ import torch
 from torch import Tensor
 
 from radixgen.kernels import Int4Weight, Int8Weight, pack_int4, pack_int8
-from radixgen.kernels.gguf_ref import BLOCK_FORMATS, Q4_0, Q4_1, Q4_K, Q6_K, Q8_0, q4_k_scale_min, q6_k_values
+from radixgen.kernels.gguf_ref import (
+    BLOCK_FORMATS,
+    Q4_0,
+    Q4_1,
+    Q4_K,
+    Q5_K,
+    Q6_K,
+    Q8_0,
+    q4_k_scale_min,
+    q5_k_values,
+    q6_k_values,
+)
 
 REPACK_GROUP = 32  # every repacked type's group but Q6_K's
 Q6_K_GROUP = 16
 INT4_TYPES = frozenset({Q4_0.code, Q4_1.code, Q4_K.code})
-INT8_TYPES = frozenset({Q8_0.code, Q6_K.code})
+INT8_TYPES = frozenset({Q8_0.code, Q5_K.code, Q6_K.code})
 REPACKED_TYPES = INT4_TYPES | INT8_TYPES
 
 
@@ -49,10 +61,17 @@ def _by_group(t: Tensor) -> Tensor:
 
 
 def _repack_int8(b: Tensor, qtype: int, n: int, k: int) -> Int8Weight:
-    """Q8_0 / Q6_K blocks [N, blocks per row, block bytes] -> their Int8Weight."""
+    """Q8_0 / Q5_K / Q6_K blocks [N, blocks per row, block bytes] -> their Int8Weight."""
     if qtype == Q8_0.code:
         q = b[..., 2:].contiguous().view(torch.int8).reshape(n, k)
         return Int8Weight(pack_int8(q.t()), _by_group(_halves(b[..., 0:2])), REPACK_GROUP)
+    if qtype == Q5_K.code:
+        flat = b.reshape(-1, Q5_K.block_bytes)
+        sc, mn = q4_k_scale_min(flat[:, 4:16])
+        scales = (_halves(flat[:, 0:2]).float().reshape(-1, 1) * sc.float()).reshape(n, -1)  # the reference's
+        mins = (_halves(flat[:, 2:4]).float().reshape(-1, 1) * mn.float()).reshape(n, -1)  # products, in its order
+        q = q5_k_values(flat).to(torch.int8).reshape(n, k)
+        return Int8Weight(pack_int8(q.t()), _by_group(scales), REPACK_GROUP, mins=_by_group(mins))
     q, scales = q6_k_values(b.reshape(-1, Q6_K.block_bytes))  # the reference's d * sc, in its order
     return Int8Weight(pack_int8(q.reshape(n, k).t()), _by_group(scales.reshape(n, -1)), Q6_K_GROUP)
 
@@ -81,7 +100,7 @@ def _repack_int4(b: Tensor, qtype: int, n: int, k: int) -> Int4Weight:
 @torch.no_grad()
 def repack_blocks(blocks: Tensor, qtype: int, in_features: int) -> Int4Weight | Int8Weight:
     """Rows of GGUF blocks (uint8 [N, row bytes], type `qtype` in REPACKED_TYPES) -> the Int4Weight (4-bit
-    types) or Int8Weight (Q8_0, Q6_K) that dequantizes to exactly `kernels.gguf_ref.dequantize_blocks(blocks,
+    types) or Int8Weight (Q8_0, Q5_K, Q6_K) that dequantizes to exactly `kernels.gguf_ref.dequantize_blocks(blocks,
     qtype)`, built on blocks' device."""
     if qtype not in REPACKED_TYPES:
         raise ValueError(f"GGML type {qtype} is not one of the types repacked as int4 or int8")

@@ -10,13 +10,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from radixgen.kernels.gguf_ref import Q4_K, Q6_K, Q8_0
+from radixgen.kernels.gguf_ref import Q4_K, Q5_K, Q6_K, Q8_0
 from radixgen.kernels.quant_weight import INT4_GROUP_SIZES
 from radixgen.runtime.errors import UnsupportedQuantizationError
 from radixgen.runtime.quant.options import check_quantization
 
 CHECKPOINT_METHODS = ("gptq", "awq", "fp8", "compressed-tensors")
-_GGUF_TARGETS = {"gguf-q8_0": Q8_0.code, "gguf-q4_k": Q4_K.code, "gguf-q6_k": Q6_K.code}
+_GGUF_TARGETS = {"gguf-q8_0": Q8_0.code, "gguf-q4_k": Q4_K.code, "gguf-q5_k": Q5_K.code, "gguf-q6_k": Q6_K.code}
 
 
 @dataclass(frozen=True)
