@@ -22,10 +22,12 @@ sampling, stop checks, detokenization) that the overlapped loop hides behind the
 
 `--quantization` quantizes the random weights at load (`EngineConfig.quantization`: int4 round-to-nearest group
 128, FP8 e4m3 per-channel, GGUF Q4_K / Q8_0 blocks) and reports the layer linears' weight memory; transformers is
-not run then (it has no such weights to copy).
+not run then (it has no such weights to copy). `--kv-cache-dtype fp8_e4m3` stores the KV cache in FP8
+(`EngineConfig.kv_cache_dtype`; transformers is not run either).
 
     python benchmarks/throughput.py                          # Llama-3-8B shape on CUDA, batches 1 16 64 256
     python benchmarks/throughput.py --quantization int4 --batches 1 64 256
+    python benchmarks/throughput.py --quantization fp8 --kv-cache-dtype fp8_e4m3 --batches 256
     python benchmarks/throughput.py --small --device cpu     # a tiny model, a smoke run of the script
 """
 
@@ -187,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=None, help="also write every number here")
     ap.add_argument("--quantization", default="none", choices=sorted(QUANTIZATIONS),
                     help="quantize the layer linears at load (transformers is then not run)")
+    ap.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "fp8_e4m3"],
+                    help="the KV cache's dtype (transformers is then not run)")
     ap.add_argument("--sync-too", action="store_true",
                     help="also time each batch with the overlap scheduler off (the synchronous loop), same engine")
     args = ap.parse_args(argv)
@@ -198,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     max_b = max(args.batches)
     hf_batches = args.batches if args.hf_batches is None else args.hf_batches
-    if args.quantization != "none":
+    if args.quantization != "none" or args.kv_cache_dtype != "auto":
         hf_batches = []
     rng = np.random.default_rng(0)
 
@@ -207,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
                     device=args.device, dtype="bfloat16" if dtype == torch.bfloat16 else "float32",
                     max_total_tokens=max_b * (args.input_len + args.output_len) + 256,
                     max_running_requests=max_b, cuda_graph=not args.no_cuda_graph, cuda_graph_max_bs=max_b,
-                    quantization=QUANTIZATIONS[args.quantization])
+                    quantization=QUANTIZATIONS[args.quantization], kv_cache_dtype=args.kv_cache_dtype)
     graphs = engine.runner.graph_runner
     print(f"engine ready in {time.perf_counter() - start:.1f} s ({len(graphs.graphs) if graphs else 0} CUDA graphs)",
           flush=True)
@@ -246,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     print(f"\n{name}, random weights, {dtype}, {gpu}; {args.input_len} prompt + {args.output_len} generated tokens "
           f"per request, greedy; CUDA graphs {'on' if graphs else 'off'}; quantization {args.quantization} "
-          f"(layer linears {linear_gib:.2f} GiB)")
+          f"(layer linears {linear_gib:.2f} GiB); KV cache {args.kv_cache_dtype}")
     print("| batch | radixgen e2e tok/s | radixgen decode tok/s | graph step ms (tok/s) | radixgen s "
           "| synchronous loop e2e / decode tok/s | transformers tok/s | transformers s | e2e speedup |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
@@ -261,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps({"config": config, "radixgen": ours, "transformers": list(theirs.values()),
                                          "device": gpu, "quantization": args.quantization,
+                                         "kv_cache_dtype": args.kv_cache_dtype,
                                          "linear_gib": linear_gib}, indent=1))
     return 0
 
