@@ -83,6 +83,7 @@ class TorchAttentionBackend:
 
     def forward(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, layer: int,
                 metadata: TorchAttentionMetadata, kv_scales: KVScales | None = None) -> torch.Tensor:
+        q = q.contiguous()  # the torch kernels view q's heads; the model passes a strided slice of qkv
         window = self.shape.sliding_windows[layer]
         table, carried = metadata.split.req_to_token, metadata.carried
         k_scale, v_scale = kv_scales if kv_scales is not None else (None, None)

@@ -106,7 +106,7 @@ class LlamaAttention(nn.Module):
         if self.q_norm is not None and self.k_norm is not None:
             q = kernels.rmsnorm(q, self.q_norm, self.eps)
             k = kernels.rmsnorm(k, self.k_norm, self.eps)
-        q, k = q.contiguous(), k.contiguous()
+        # q and k stay views of qkv: the rotary, KV-store and attention kernels take their strides
         kernels.apply_rotary(q, k, batch.positions, cos_sin, is_neox=True)
         if kv_scales is None:
             kernels.store_kv(k_cache, v_cache, batch.out_cache_loc, k, v)
