@@ -14,11 +14,15 @@ constrained request per step, median and p90 over the constrained run's steps (t
 One engine per (backend, jump-forward) pair runs every batch size and kind; it is shut down and its memory
 freed before the next starts. A backend that fails to start, or a kind it cannot compile, is a row with a note.
 `--trace N` keeps the engine's step trace and prints, after each timed run, the loop's time per forward path
-and its N slowest steps (what profiling a run needs, without patching the loop).
+and its N slowest steps (what profiling a run needs, without patching the loop). `--repeats N` runs each cell's
+constrained / free pair N times in a row (each from an empty cache): the walls are the medians, the ratio theirs,
+with the range of the single pairs' ratios beside it (a single run of a batch-256 cell moves by up to 0.2x: the
+jump policy reads the graphs' replay times as it runs).
 
     python benchmarks/structured.py                                  # CUDA: Llama-3-8B shape; CPU: default model
     python benchmarks/structured.py --device cpu --batches 16 --kinds json_schema
     python benchmarks/structured.py --small --device cpu --batches 2  # a tiny model, a smoke run of the script
+    python benchmarks/structured.py --batches 256 --kinds json_schema --repeats 5      # medians of 5 pairs
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import contextlib
 import gc
 import json
 import re
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -190,6 +195,7 @@ class Row:
     grammar_us_p50: float | None = None
     grammar_us_p90: float | None = None
     invalid: int | None = None
+    ratio_range: tuple[float, float] | None = None  # the single pairs' constrained / free, with --repeats > 1
     note: str = ""
 
 
@@ -224,27 +230,41 @@ def print_trace(label: str, records: list[StepRecord], slowest: int) -> None:
               f"grammar {r.grammar_s * 1e3:.1f} ms, sample {r.sample_s * 1e3:.1f} ms")
 
 
-def measure(engine: Engine, head: Row, kind: ConstraintKind, max_new_tokens: int, trace: int = 0) -> Row:
-    """The constrained run of `head.batch` prompts, then the same prompts free for the same tokens (`trace`: the
-    slowest steps to print of each, with the step trace on)."""
+def measure(engine: Engine, head: Row, kind: ConstraintKind, max_new_tokens: int, trace: int = 0,
+            repeats: int = 1) -> Row:
+    """The constrained run of `head.batch` prompts, then the same prompts free for the same tokens, `repeats`
+    times (`trace`: the slowest steps to print of each, with the step trace on, first pair only)."""
     texts = prompts(head.batch, kind)
     label = f"{kind.name} b{head.batch} jump-forward {'on' if head.jump_forward else 'off'}"
     engine.core.call(engine.core.grammar_us_per_request.clear)
-    outs, constrained_s, constrained = timed_generate(
-        engine, texts, [{"temperature": 0.0, "max_new_tokens": max_new_tokens, kind.param: kind.source}] * len(texts),
-        (f"{label} constrained", trace) if trace else None)
+    walls: list[tuple[float, float]] = []
+    invalid = 0
+    for r in range(repeats):
+        traced = trace if r == 0 else 0
+        outs, constrained_s, counts = timed_generate(
+            engine, texts,
+            [{"temperature": 0.0, "max_new_tokens": max_new_tokens, kind.param: kind.source}] * len(texts),
+            (f"{label} constrained", traced) if traced else None)
+        lengths = [len(o["output_ids"]) for o in outs]
+        invalid += sum(o["meta_info"]["finish_reason"]["type"] == "abort" or not kind.is_valid(o["text"])
+                       for o in outs)
+        free_outs, free_s, free_counts = timed_generate(
+            engine, texts, [{"temperature": 0.0, "max_new_tokens": n, "ignore_eos": True} for n in lengths],
+            (f"{label} free", traced) if traced else None)
+        made = [len(o["output_ids"]) for o in free_outs]
+        if made != lengths:
+            raise RuntimeError(f"the free run made {sum(made)} tokens, not the constrained run's {sum(lengths)}")
+        if r == 0:
+            first = (sum(lengths), counts, free_counts)
+        walls.append((constrained_s, free_s))
     stats = engine.get_stats()
-    lengths = [len(o["output_ids"]) for o in outs]
-    invalid = sum(o["meta_info"]["finish_reason"]["type"] == "abort" or not kind.is_valid(o["text"]) for o in outs)
-    free_outs, free_s, free = timed_generate(
-        engine, texts, [{"temperature": 0.0, "max_new_tokens": n, "ignore_eos": True} for n in lengths],
-        (f"{label} free", trace) if trace else None)
-    made = [len(o["output_ids"]) for o in free_outs]
-    if made != lengths:
-        raise RuntimeError(f"the free run made {sum(made)} tokens, not the constrained run's {sum(lengths)}")
-    return replace(head, constrained_s=constrained_s, free_s=free_s, tokens=sum(lengths), constrained=constrained,
-                   free=free, invalid=invalid, grammar_us_p50=stats["grammar_us_per_request_step_p50"],
-                   grammar_us_p90=stats["grammar_us_per_request_step_p90"])
+    ratios = [c / f for c, f in walls]
+    tokens, constrained, free = first
+    return replace(head, constrained_s=statistics.median(c for c, _ in walls),
+                   free_s=statistics.median(f for _, f in walls), tokens=tokens, constrained=constrained, free=free,
+                   invalid=invalid, grammar_us_p50=stats["grammar_us_per_request_step_p50"],
+                   grammar_us_p90=stats["grammar_us_per_request_step_p90"],
+                   ratio_range=(min(ratios), max(ratios)) if repeats > 1 else None)
 
 
 def warm_up(engine: Engine, batches: list[int], kinds: list[ConstraintKind], max_new_tokens: int) -> None:
@@ -259,7 +279,7 @@ def warm_up(engine: Engine, batches: list[int], kinds: list[ConstraintKind], max
 
 
 def run_engine(options: dict, heads: list[Row], kinds: list[ConstraintKind], max_new_tokens: int,
-               trace: int = 0) -> list[Row]:
+               trace: int = 0, repeats: int = 1) -> list[Row]:
     """Every (batch, kind) row of one engine; the engine is shut down and its memory freed before returning."""
     label = f"{heads[0].backend}, jump-forward {'on' if heads[0].jump_forward else 'off'}"
     start = time.perf_counter()
@@ -273,7 +293,7 @@ def run_engine(options: dict, heads: list[Row], kinds: list[ConstraintKind], max
         warm_up(engine, sorted({h.batch for h in heads}), kinds, max_new_tokens)
         for head in heads:
             try:
-                rows.append(measure(engine, head, KINDS[head.constraint], max_new_tokens, trace))
+                rows.append(measure(engine, head, KINDS[head.constraint], max_new_tokens, trace, repeats))
             except Exception as exc:
                 rows.append(replace(head, note=f"{type(exc).__name__}: {exc}"))
             print(f"{label}: {format_row(rows[-1])}", flush=True)
@@ -316,6 +336,8 @@ def _pair(r: Row, name: str) -> str:
 
 def format_row(r: Row) -> str:
     ratio = f"{r.constrained_s / r.free_s:.2f}x" if r.constrained_s is not None and r.free_s else "-"
+    if r.ratio_range is not None:
+        ratio += f" ({r.ratio_range[0]:.2f}-{r.ratio_range[1]:.2f})"
     jumped = None if r.constrained is None else r.constrained.jump_forward_tokens
     return (f"| {r.device} | {r.backend} | {r.constraint} | {r.batch} | {'on' if r.jump_forward else 'off'} "
             f"| {_num(r.constrained_s, '.2f')} | {_num(r.free_s, '.2f')} | {ratio} | {_num(r.tokens, ',')} "
@@ -342,6 +364,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jump-forward", nargs="+", choices=["on", "off"], default=["on", "off"])
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--json", type=Path, default=None, help="also write every row here")
+    ap.add_argument("--repeats", type=int, default=1, metavar="N",
+                    help="run each cell's constrained / free pair N times: median walls, the pairs' ratio range")
     ap.add_argument("--trace", type=int, default=0, metavar="N",
                     help="print each timed run's time per forward path and its N slowest steps (the step trace)")
     args = ap.parse_args(argv)
@@ -359,10 +383,12 @@ def main(argv: list[str] | None = None) -> int:
         for jf in (setting == "on" for setting in args.jump_forward):
             heads = [Row(device_name, backend, k.name, b, jf) for b in args.batches for k in kinds]
             rows += run_engine({**options, "grammar_backend": backend, "enable_jump_forward": jf}, heads, kinds,
-                               args.max_new_tokens, args.trace)
+                               args.max_new_tokens, args.trace, args.repeats)
 
     print(f"\n{model_name}; greedy, at most {args.max_new_tokens} new tokens; "
-          f"steps, decode steps and overlapped steps are constrained / free")
+          f"steps, decode steps and overlapped steps are constrained / free"
+          + (f"; walls: medians of {args.repeats} pairs, the ratio's range over them" if args.repeats > 1 else
+             ""))
     print(TABLE_HEAD)
     for r in rows:
         print(format_row(r))

@@ -55,11 +55,11 @@ def test_smoke_run_on_a_tiny_model(structured, tmp_path, capsys):
     out = tmp_path / "rows.json"
     assert structured.main(["--small", "--device", "cpu", "--batches", "2", "--kinds", "regex", "--backends",
                             "radixgen", "--jump-forward", "on", "off", "--max-new-tokens", "64",
-                            "--json", str(out), "--trace", "2"]) == 0
+                            "--json", str(out), "--trace", "2", "--repeats", "2"]) == 0
     printed = capsys.readouterr().out.splitlines()
     table = [line for line in printed if line.startswith("| cpu | radixgen | regex |")]
     assert len(table) == 2
-    # the step trace: per run a summary line (all eager on the CPU) and its two slowest steps
+    # the step trace (the first of the two pairs): per run a summary line (all eager on the CPU), two slowest steps
     summaries = [line for line in printed if line.startswith("trace ") and " steps, " in line]
     slowest = [line for line in printed if line.startswith("trace ") and ":   step " in line]
     assert len(summaries) == 4 and all("eager" in line for line in summaries) and len(slowest) == 8
@@ -68,3 +68,5 @@ def test_smoke_run_on_a_tiny_model(structured, tmp_path, capsys):
     for r in rows:
         assert r["note"] == "" and r["invalid"] == 0 and r["tokens"] > 0
         assert r["constrained"]["steps"] > 0 and r["free"]["decode_steps"] > 0
+        low, high = r["ratio_range"]  # the two pairs' ratios, around the ratio of the median walls
+        assert 0 < low <= r["constrained_s"] / r["free_s"] <= high
