@@ -389,38 +389,16 @@ class PdaAutomaton:
             found = self._rows[state] = tuple(self._table[state].tolist())
         return found
 
-    def read(self, state: int, data: bytes) -> int:
-        """`step` through the cached row lists (faster for long byte strings over known states). A state
-        whose row is still unknown is left so: only the edge taken is computed (`edge`), since a long byte
-        string mostly passes through states nothing else visits."""
-        rows = self._rows
-        table = self._table
-        for b in data:
-            row = rows.get(state)
-            if row is not None:
-                state = row[b]
-            elif table[state, 0] != UNKNOWN:
-                state = self.row_tuple(state)[b]
-            else:
-                state = self.edge(state, b)
-                table = self._table  # interning may have grown it
-            if state < 0:
-                return DEAD
-        return state
-
-    def read_run(self, state: int, head: bytes, unit: bytes, count: int) -> int:
-        """`read` of head + unit * count that stops at a unit leaving the state unchanged: the automaton is
-        deterministic, so every remaining unit would leave it unchanged too (a JSON string reading '-' * 64
-        stays in one state after the first '-')."""
-        state = self.read(state, head)
-        for _ in range(count):
-            if state < 0:
-                return DEAD
-            after = self.read(state, unit)
-            if after == state:
-                return state
-            state = after
-        return state
+    def read_byte(self, state: int, byte: int) -> int:
+        """The state after `byte` (DEAD when it dies) through the cached row tuples. A state whose row is still
+        unknown is left so: only the edge taken is computed (`edge`), since a long byte string mostly passes
+        through states nothing else visits."""
+        row = self._rows.get(state)
+        if row is not None:
+            return row[byte]
+        if self._table[state, 0] != UNKNOWN:
+            return self.row_tuple(state)[byte]
+        return self.edge(state, byte)
 
     def row_known(self, state: int) -> bool:
         return bool(self._table[state, 0] != UNKNOWN)

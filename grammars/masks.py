@@ -6,10 +6,11 @@ alone (a relative stack, walked at compile time), then, from the trie nodes wher
 the frame below alone, and so on down to the root. Each walk is cached by (frame, start nodes), so positions
 and nesting depths that share a frame share its walk (XGrammar's context-independent / dependent split, made
 per frame). Frames are keyed by their lookahead representatives, so the positions of a long bounded
-repetition share walks too, and the few tokens longer than that lookahead are checked one by one. Walks
-inside a shared terminal (a JSON string, a number) are cached per vocabulary and reused by every grammar
-(terminal_walks.py). A frame below a pop set steps the distinct suffixes below those nodes, merged once per
-vocabulary (suffix_walks.py), not every subtree.
+repetition share walks too, and the few tokens longer than that lookahead are decided per stack, frame by
+frame, memoized (long_tokens.py). Walks inside a shared terminal (a JSON string, a number) are cached per
+vocabulary and reused by every grammar (terminal_walks.py). A frame below a pop set steps the distinct
+suffixes below those nodes, merged once per vocabulary (suffix_walks.py), not every subtree; below a pop set
+near the root, it is derived from its walk below a nearby set (frame_bases.py).
 """
 
 from __future__ import annotations
@@ -26,17 +27,17 @@ from radixgen.grammars.automaton import (
     ByteAutomaton,
     DfaAutomaton,
     PdaAutomaton,
-    dfa_accepting_list,
-    dfa_row_tuple,
 )
-from radixgen.grammars.bytedfa import ByteDFA, start_distances
+from radixgen.grammars.bytedfa import start_distances
+from radixgen.grammars.frame_bases import FrameBases
+from radixgen.grammars.long_tokens import LongTokenReader
 from radixgen.grammars.lookahead import lookahead_representatives
 from radixgen.grammars.pda import PdaTables, called_states
-from radixgen.grammars.suffix_walks import suffix_walk
+from radixgen.grammars.suffix_walks import SuffixWalk, suffix_walk
 from radixgen.grammars.terminal_walks import TerminalHandoff, sorted_unique, terminal_top_walk
 from radixgen.grammars.token_refs import has_token_refs, token_ref_targets
 from radixgen.grammars.token_walk import WalkResult, nodes_to_mask, walk_mask, walk_trie
-from radixgen.grammars.vocabulary import Run, Vocabulary
+from radixgen.grammars.vocabulary import Vocabulary
 
 
 @dataclass(frozen=True)
@@ -52,47 +53,11 @@ def _frozen(array: np.ndarray) -> np.ndarray:
     return array
 
 
-_READABLE = -3  # `_fix_long_tokens`: a token found readable without computing the state after it
-
-
-def _terminal_verdict(dfa: ByteDFA, q: int, run: Run) -> bool | None:
-    """Whether the bytes of `run` can be read from a configuration that is one stack inside a shared
-    terminal at its DFA state `q`, decided by the terminal's table alone where it can be: True when the
-    terminal reads all of it (the stack stays alive), False when it dies without passing an accepting state
-    (so nothing else could have read on); None when it may have left the terminal on the way (the grammar
-    decides). A unit that brings the DFA back to where it began is read the same way by every later unit.
-    Cached on the DFA by (state, run): positions inside one terminal recur across masks and grammars."""
-    verdicts: dict[tuple[int, Run], bool | None] = dfa.__dict__.setdefault("_run_verdicts", {})
-    key = (q, run)
-    if key in verdicts:
-        return verdicts[key]
-    accepting = dfa_accepting_list(dfa)
-    rows: dict[int, tuple[int, ...]] = dfa.__dict__.setdefault("_row_tuples", {})
-    may_exit = accepting[q]
-    head, unit, count = run
-    part, begin = head, -1  # the head first (never a fixed point), then the units
-    verdict: bool | None = True
-    while verdict:
-        for b in part:
-            row = rows.get(q)
-            q = (row if row is not None else dfa_row_tuple(dfa, q))[b]
-            if q < 0:
-                verdict = None if may_exit else False
-                break
-            may_exit = may_exit or accepting[q]
-        else:
-            if count == 0 or q == begin:
-                break
-            part, begin, count = unit, q, count - 1
-    verdicts[key] = verdict
-    return verdict
-
-
 def _warm(vocab: Vocabulary) -> None:
     """Build the vocabulary's derived tables that masks read (once per vocabulary, at compile time rather
     than inside the first mask that needs them)."""
     vocab.trie.lists()
-    vocab.trie.node_tokens(np.zeros(1, dtype=np.int64))
+    vocab.trie.token_ids()
     _ = vocab.long_token_witnesses, vocab.long_token_runs, vocab.long_token_paths, vocab.eos_mask
     _ = vocab.subtree_sizes
 
@@ -109,34 +74,6 @@ def _witnessed(vocab: Vocabulary, shared: np.ndarray) -> list[bool]:
     words, shifts, unwitnessed = found
     allowed: list[bool] = (((shared.view(np.uint32)[words] >> shifts) & 1).astype(bool) | unwitnessed).tolist()
     return allowed
-
-
-def _terminal_tops(automaton: PdaAutomaton, state: int) -> list[tuple[ByteDFA, int] | None]:
-    """Per stack of the configuration: (terminal DFA, its state) when its top is inside a shared terminal."""
-    pda = automaton.pda
-    out: list[tuple[ByteDFA, int] | None] = []
-    for stack in automaton.stacks(state):
-        term = int(pda.terminal_of[stack[-1]]) if pda.terminal_of is not None else -1
-        if term < 0:
-            out.append(None)
-        else:
-            offset, dfa = pda.terminals[term]
-            out.append((dfa, stack[-1] - offset))
-    return out
-
-
-def _stacks_verdict(tops: list[tuple[ByteDFA, int] | None], run: Run) -> bool | None:
-    """`_terminal_verdict` for a configuration (a union of stacks): True when some stack reads `run` inside
-    its terminal, False when every stack is inside a terminal that refuses it, else None."""
-    if not tops:
-        return None
-    verdicts = []
-    for top in tops:
-        verdict = None if top is None else _terminal_verdict(top[0], top[1], run)
-        if verdict:
-            return True
-        verdicts.append(verdict)
-    return False if all(v is False for v in verdicts) else None
 
 
 SUFFIX_TRIE_NODES = 4096  # pop sets whose subtrees hold at most this many trie nodes are walked by suffix
@@ -174,12 +111,15 @@ class MaskCache:
         self._node_sets: list[np.ndarray] = []
         self._pops_on_long: dict[int, bool] = {}  # see `_on_long_tokens`
         self._pops_merge: dict[int, bool] = {}  # see `_merges_well`
+        self._suffix_pop_ids: dict[tuple[int, tuple[int, ...]], int | None] = {}  # see `_suffix_pops`
         self._lock = threading.Lock()
         self._representatives: list[int] | None = None  # per PDA state, see `_lookahead`
         self._restored: PrecomputedMasks | None = None  # see `restore`
         self._restored_rows: dict[int, int] = {}
         self._handoff = TerminalHandoff(vocab, automaton) if isinstance(automaton, PdaAutomaton) else None
         self._token_refs = has_token_refs(automaton)  # some state reads a token by id (token_refs.py)
+        self._long: LongTokenReader | None = None  # see `_fix_long_tokens`
+        self._bases = FrameBases(vocab)  # see `_wide_frame_walk`
 
     def precompute(self) -> None:
         """Walk the trie from every grammar position (each PDA state with bytes, as a relative top frame)
@@ -315,34 +255,26 @@ class MaskCache:
 
     def _fix_long_tokens(self, automaton: PdaAutomaton, state: int, shared: np.ndarray) -> np.ndarray:
         """`shared` (exact for tokens of at most the split length) with the bits of the few longer tokens
-        (`Vocabulary.long_tokens`) made exact: refused where `shared` refuses their witness prefix, else
-        decided inside the shared terminal the configuration is in (`_terminal_verdict`), else stepped from
-        `state` (from the state after a long token that is their prefix, when there is one). Both read a
-        token as a run of a repeated unit (`Vocabulary.long_token_runs`), stopping at a fixed point."""
+        (`Vocabulary.long_tokens`) made exact: refused where `shared` refuses their witness prefix, else read
+        by the configuration's stacks, frame by frame (long_tokens.py, memoized per frame)."""
         vocab = self.vocab
         _, entries, bits = vocab.long_tokens
         out: np.ndarray = shared & ~bits
-        witnessed = _witnessed(vocab, shared)
-        tops = _terminal_tops(automaton, state) if any(witnessed) else []
-        reached: list[int] = []
-        readable: list[int] = []
-        for (tid, _, prefix), ok, (whole, rest) in zip(entries, witnessed, vocab.long_token_runs):
-            if not ok:
-                current = DEAD
-            elif (verdict := _stacks_verdict(tops, whole)) is not None:
-                current = _READABLE if verdict else DEAD
-            elif rest is None or reached[prefix] == _READABLE:
-                current = automaton.read_run(state, *whole)
-            else:
-                current = reached[prefix]
-                if current >= 0:
-                    current = automaton.read_run(current, *rest)
-            reached.append(current)
-            if current >= 0 or current == _READABLE:
-                readable.append(tid)
-        if readable:
-            ids = np.array(readable, dtype=np.int64)
-            np.bitwise_or.at(out.view(np.uint32), ids >> 5, np.left_shift(np.uint32(1), (ids & 31).astype(np.uint32)))
+        wanted = sum(1 << i for i, ok in enumerate(_witnessed(vocab, shared)) if ok)
+        if not wanted:
+            return out
+        if self._long is None:
+            self._long = LongTokenReader(vocab, automaton)
+        readable = 0
+        for stack in automaton.stacks(state):
+            readable |= self._long.readable(stack, wanted & ~readable)
+            if readable == wanted:
+                break
+        ids = [tid for i, (tid, _, _) in enumerate(entries) if readable >> i & 1]
+        if ids:
+            found = np.array(ids, dtype=np.int64)
+            np.bitwise_or.at(out.view(np.uint32), found >> 5,
+                             np.left_shift(np.uint32(1), (found & 31).astype(np.uint32)))
         return out
 
     def _pda_mask(self, automaton: PdaAutomaton, state: int) -> np.ndarray:
@@ -433,13 +365,37 @@ class MaskCache:
             nodes = self._node_sets[pops]
             if self._merges_well(pops):
                 walk = suffix_walk(self.vocab, automaton, start, nodes, not root, self._handoff)
-                entry = _FrameWalk(_frozen(walk.packed), self._node_set(walk.escape_nodes))
+                entry = _FrameWalk(_frozen(walk.packed), self._suffix_pops(pops, walk))
             else:
-                starts = np.full(nodes.shape[0], start, dtype=np.int64)
-                entry = self._entry(walk_trie(automaton, starts, self.vocab.trie, nodes, escapes=not root,
-                                              handoff=self._handoff, start_parents=starts, past_escapes=True))
+                entry = self._wide_frame_walk(automaton, frame, start, nodes, root)
         with self._lock:
             return self._frames.setdefault(key, entry)
+
+    def _wide_frame_walk(self, automaton: PdaAutomaton, frame: int, start: int, nodes: np.ndarray,
+                         root: bool) -> _FrameWalk:
+        """`_frame_walk` below pop nodes with large subtrees: derived from the frame's walk below a nearby set
+        where there is one (frame_bases.py), else walked level by level (and offered as a base)."""
+        def below(some: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            starts = np.full(some.shape[0], start, dtype=np.int64)
+            walk = walk_trie(automaton, starts, self.vocab.trie, some, escapes=not root, handoff=self._handoff,
+                             start_parents=starts, past_escapes=True)
+            return walk_mask(self.vocab, walk), walk.escape_nodes
+
+        derived = self._bases.derive(frame, root, nodes, below)
+        if derived is None:
+            derived = below(nodes)
+            self._bases.offer(frame, root, nodes, derived)
+        return _FrameWalk(_frozen(derived[0]), self._node_set(derived[1]))
+
+    def _suffix_pops(self, pops: int, walk: SuffixWalk) -> int | None:
+        """`_node_set` of a suffix walk's escape nodes, looked up by the suffixes they stand for where it can be
+        (walks of different frames below one pop set mostly escape at the same suffixes)."""
+        if walk.escape_suffixes is None:
+            return self._node_set(walk.escape_nodes)
+        key = (pops, walk.escape_suffixes)
+        if key not in self._suffix_pop_ids:
+            self._suffix_pop_ids[key] = self._node_set(walk.escape_nodes)
+        return self._suffix_pop_ids[key]
 
     def _merges_well(self, pops: int) -> bool:
         """The subtrees below the pop nodes `pops` are small enough to merge by suffix (suffix_walks.py); larger

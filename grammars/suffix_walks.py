@@ -32,11 +32,14 @@ class SuffixTrie:
 
 @dataclass(frozen=True)
 class SuffixWalk:
-    """A frame's walk from a pop set: the tokens it reads without leaving the frame, and the trie nodes where the
-    frame's rule may end (the pops of the frame below)."""
+    """A frame's walk from a pop set: the tokens it reads without leaving the frame (read-only: shared by every
+    walk that reads the same suffixes), and the trie nodes where the frame's rule may end (the pops of the frame
+    below). `escape_suffixes`: the suffix nodes those trie nodes stand for, when they are all there is (no walk
+    handed off into a terminal), so a caller can key the next pop set by them instead of by its nodes."""
 
     packed: np.ndarray
     escape_nodes: np.ndarray  # not sorted, may repeat
+    escape_suffixes: tuple[int, ...] | None = None
 
 
 def suffix_trie(vocab: Vocabulary, pops: np.ndarray) -> SuffixTrie:
@@ -114,27 +117,34 @@ def suffix_walk(vocab: Vocabulary, automaton: PdaAutomaton, start: int, pops: np
                 target = row[byte]
                 if target >= 0:
                     work.append((child, target))
-    packed = _tokens_mask(vocab, [trie.tokens[s] for s in alive])
+    packed = _suffixes_mask(vocab, pops, trie, tuple(sorted(alive)))
     escape_nodes = [trie.nodes[s] for s in escaped]
-    if handed:
-        nodes = np.concatenate([trie.nodes[s] for s, _ in handed])
-        states = np.repeat(np.array([st for _, st in handed], dtype=np.int64),
-                           [trie.nodes[s].shape[0] for s, _ in handed])
-        assert handoff is not None
-        below = handoff(nodes, states, escapes, True)
-        packed |= nodes_to_mask(vocab, below.alive_nodes)
-        if below.packed is not None:
-            packed |= below.packed
-        escape_nodes.append(below.escape_nodes)
-    return SuffixWalk(packed, np.concatenate(escape_nodes) if escape_nodes else np.zeros(0, dtype=np.int64))
+    if not handed:
+        return SuffixWalk(packed, np.concatenate(escape_nodes) if escape_nodes else np.zeros(0, dtype=np.int64),
+                          tuple(sorted(escaped)))
+    nodes = np.concatenate([trie.nodes[s] for s, _ in handed])
+    states = np.repeat(np.array([st for _, st in handed], dtype=np.int64), [trie.nodes[s].shape[0] for s, _ in handed])
+    assert handoff is not None
+    below = handoff(nodes, states, escapes, True)
+    packed = packed | nodes_to_mask(vocab, below.alive_nodes)
+    if below.packed is not None:
+        packed |= below.packed
+    escape_nodes.append(below.escape_nodes)
+    return SuffixWalk(packed, np.concatenate(escape_nodes))
 
 
-def _tokens_mask(vocab: Vocabulary, groups: list[np.ndarray]) -> np.ndarray:
-    """Packed row of the token ids in `groups`."""
-    out = np.zeros(vocab.mask_words, dtype=np.int32)
-    if not groups:
-        return out
-    ids = np.concatenate(groups)
-    if ids.size:
-        np.bitwise_or.at(out.view(np.uint32), ids >> 5, np.left_shift(np.uint32(1), (ids & 31).astype(np.uint32)))
-    return out
+def _suffixes_mask(vocab: Vocabulary, pops: np.ndarray, trie: SuffixTrie, alive: tuple[int, ...]) -> np.ndarray:
+    """Packed row (read-only) of the tokens behind the suffix nodes `alive` of the pop set `pops`, cached per
+    vocabulary: frames that differ (the positions of an object) mostly read the same suffixes below a pop set
+    (`,` or `}` after a value), so their walks share one row."""
+    key = ("suffix-mask", pops.tobytes(), alive)
+    found: np.ndarray | None = vocab.terminal_walks.get(key)
+    if found is None:
+        found = np.zeros(vocab.mask_words, dtype=np.int32)
+        ids = np.concatenate([trie.tokens[s] for s in alive]) if alive else np.zeros(0, dtype=np.int64)
+        if ids.size:
+            np.bitwise_or.at(found.view(np.uint32), ids >> 5,
+                             np.left_shift(np.uint32(1), (ids & 31).astype(np.uint32)))
+        found.flags.writeable = False
+        found = vocab.terminal_walks.put(key, found, found.nbytes + len(key[1]) + 8 * len(alive))
+    return found

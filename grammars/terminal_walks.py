@@ -43,6 +43,7 @@ class _Base:
 
 
 BASE_MIN_NODES = 32  # sets at least this large become bases (a character's ends: a few hundred nodes)
+NODE_WALKS = 8  # sets this small without a base are the union of their nodes' walks (cached per node)
 
 
 def terminal_walk(vocab: Vocabulary, dfa: ByteDFA, q: int, nodes: np.ndarray) -> TerminalWalk:
@@ -51,10 +52,12 @@ def terminal_walk(vocab: Vocabulary, dfa: ByteDFA, q: int, nodes: np.ndarray) ->
     Cached per node set (one mask row, so a set seen again costs a lookup). Sets differ from context to
     context by a few nodes (a key's first character excludes different names' first characters), so the last
     large set walked of each size (by powers of two) is kept as a base (see `_Base`): a set near it costs the
-    walks of the nodes that differ (cached per node), not one walk below all of them (thousands of nodes with
-    a large vocabulary). One base per size, so smaller sets walked in between do not displace it."""
+    walks of the nodes it adds (cached per node) and, for each node it drops, the tokens of that node's subtree
+    taken out of the base's (`Vocabulary.subtree_mask`, no walk), not one walk below all of them (thousands of
+    nodes with a large vocabulary). One base per size, so smaller sets walked in between do not displace it. A
+    set of a few nodes with no base is the union of its nodes' walks, cached per node."""
     # Keys of the vocabulary's cache (an LRU by bytes, lru.py): (DFA digest, q, node set bytes) -> TerminalWalk;
-    # (digest, q, node) -> WalkResult; (digest, q, "base", size bucket) -> _Base. Keys and values are stored as plain
+    # (digest, q, node) -> TerminalWalk; (digest, q, "base", size bucket) -> _Base. Keys and values are stored as plain
     # tuples of bytes, ints and arrays, which the cyclic garbage collector stops tracking: tens of thousands of
     # cached walks would otherwise lengthen every full collection, and those pauses land in mask times.
     cache = vocab.terminal_walks
@@ -66,25 +69,28 @@ def terminal_walk(vocab: Vocabulary, dfa: ByteDFA, q: int, nodes: np.ndarray) ->
     base = None
     for bucket in (size, size - 1, size + 1):
         stored_base = cache.get((dfa.digest, q, "base", bucket))
-        if stored_base is not None and _near(stored_base[0], nodes):
+        if stored_base is not None and near_sets(stored_base[0], nodes):
             base = _Base(stored_base[0], TerminalWalk(*stored_base[1]), stored_base[2])
             break
-    if base is not None:
-        kept = np.isin(base.nodes, nodes, assume_unique=True)
-        added = _node_walks(vocab, dfa, q, np.setdiff1d(nodes, base.nodes, assume_unique=True))
-        removed = _node_walks(vocab, dfa, q, base.nodes[~kept])
-        packed = base.walk.packed & ~_alive_mask(vocab, removed)
-        packed |= _alive_mask(vocab, added)
+    if base is None and nodes.shape[0] <= NODE_WALKS:
+        found = _joined_walks(vocab, _node_walks(vocab, dfa, q, nodes))
+    elif base is not None:
+        kept = in_sorted(base.nodes, nodes)
+        added = _node_walks(vocab, dfa, q, nodes[~in_sorted(nodes, base.nodes)])
+        packed = base.walk.packed.copy()
+        for node in base.nodes[~kept].tolist():  # the base's subtrees are disjoint: these tokens were its alone
+            packed &= ~vocab.subtree_mask(node)
+        for one in added:
+            packed |= one.packed
         exits = kept[base.exit_owner]
-        found = TerminalWalk(packed, _joined([base.walk.exit_nodes[exits]] + [w.escape_nodes for w in added]),
-                             _joined([base.walk.exit_parent_states[exits]]
-                                     + [w.escape_parent_states for w in added]))
+        found = TerminalWalk(packed, _joined([base.walk.exit_nodes[exits]] + [w.exit_nodes for w in added]),
+                             _joined([base.walk.exit_parent_states[exits]] + [w.exit_parent_states for w in added]))
     else:
         walk = walk_trie(DfaEscapes(dfa), np.full(nodes.shape[0], q, dtype=np.int64), vocab.trie, nodes,
                          escapes=True)
         found = TerminalWalk(nodes_to_mask(vocab, walk.alive_nodes), walk.escape_nodes, walk.escape_parent_states)
         if nodes.shape[0] >= BASE_MIN_NODES:
-            owner = _owners(vocab, nodes, walk.escape_nodes)
+            owner = subtree_owners(vocab, nodes, walk.escape_nodes)
             if owner is not None:
                 cache.put((dfa.digest, q, "base", size), (nodes, _fields(found), owner),
                           nodes.nbytes + owner.nbytes + _nbytes(found), replace=True)
@@ -127,28 +133,40 @@ def sorted_unique(nodes: np.ndarray) -> np.ndarray:
     return np.unique(nodes)
 
 
-def _near(base: np.ndarray, nodes: np.ndarray) -> bool:
-    """Few enough nodes differ for the base to pay (at most a quarter of the set)."""
-    common: int = np.intersect1d(base, nodes, assume_unique=True).shape[0]
-    near: bool = (base.shape[0] - common) + (nodes.shape[0] - common) <= nodes.shape[0] // 4
-    return near
+def in_sorted(values: np.ndarray, members: np.ndarray) -> np.ndarray:
+    """bool per value: it is one of the sorted `members` (`np.isin` by binary search, for small sets)."""
+    if members.shape[0] == 0:
+        return np.zeros(values.shape[0], dtype=bool)
+    at = np.searchsorted(members, values)
+    found: np.ndarray = members[np.minimum(at, members.shape[0] - 1)] == values
+    return found
 
 
-def _alive_mask(vocab: Vocabulary, walks: list[WalkResult]) -> np.ndarray:
-    return nodes_to_mask(vocab, _joined([w.alive_nodes for w in walks]))
+def near_sets(base: np.ndarray, nodes: np.ndarray) -> bool:
+    """Few enough nodes differ for the base to pay (at most a quarter of the set); both sorted and distinct."""
+    common = int(in_sorted(nodes, base).sum())
+    return bool((base.shape[0] - common) + (nodes.shape[0] - common) <= nodes.shape[0] // 4)
+
+
+def _joined_walks(vocab: Vocabulary, walks: list[TerminalWalk]) -> TerminalWalk:
+    """The walk below several nodes: the union of the walks below each."""
+    packed = np.zeros(vocab.mask_words, dtype=np.int32)
+    for walk in walks:
+        packed |= walk.packed
+    return TerminalWalk(packed, _joined([w.exit_nodes for w in walks]), _joined([w.exit_parent_states for w in walks]))
 
 
 def _joined(arrays: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.int64)
 
 
-def _owners(vocab: Vocabulary, nodes: np.ndarray, below: np.ndarray) -> np.ndarray | None:
+def subtree_owners(vocab: Vocabulary, nodes: np.ndarray, below: np.ndarray) -> np.ndarray | None:
     """Index in the sorted `nodes` of the one node above each of `below` (their descendants), or None when
     some node of `nodes` lies below another (the subtrees are not disjoint)."""
     parent = vocab.trie.node_parent
     ancestors = parent[nodes]
     while ancestors.size:
-        if np.isin(ancestors, nodes).any():
+        if in_sorted(ancestors, nodes).any():
             return None
         ancestors = parent[ancestors[ancestors != 0]]
     owner = np.full(below.shape[0], -1, dtype=np.int64)
@@ -158,24 +176,27 @@ def _owners(vocab: Vocabulary, nodes: np.ndarray, below: np.ndarray) -> np.ndarr
         if pending.size == 0:
             break
         at = np.searchsorted(nodes, current)
-        hit = (at < nodes.shape[0]) & (nodes[np.minimum(at, nodes.shape[0] - 1)] == current)
+        hit = nodes[np.minimum(at, nodes.shape[0] - 1)] == current
         owner[pending[hit]] = at[hit]
         pending, current = pending[~hit], parent[current[~hit]]
     return owner
 
 
-def _node_walks(vocab: Vocabulary, dfa: ByteDFA, q: int, nodes: np.ndarray) -> list[WalkResult]:
-    """The walk below each of `nodes` alone, cached per (DFA, state, node)."""
+def _node_walks(vocab: Vocabulary, dfa: ByteDFA, q: int, nodes: np.ndarray) -> list[TerminalWalk]:
+    """The walk below each of `nodes` alone, cached per (DFA, state, node) with its tokens as a mask row, so a
+    set near a base adds or removes it with one row operation."""
     cache = vocab.terminal_walks
     out = []
     for node in nodes.tolist():
         stored = cache.get((dfa.digest, q, node))
         if stored is None:
             walk = walk_trie(DfaEscapes(dfa), q, vocab.trie, node, escapes=True)
-            cache.put((dfa.digest, q, node), _fields(walk), _nbytes(walk))
+            found = TerminalWalk(nodes_to_mask(vocab, walk.alive_nodes), walk.escape_nodes, walk.escape_parent_states)
+            found.packed.flags.writeable = False
+            cache.put((dfa.digest, q, node), _fields(found), _nbytes(found))
         else:
-            walk = WalkResult(*stored)
-        out.append(walk)
+            found = TerminalWalk(*stored)
+        out.append(found)
     return out
 
 

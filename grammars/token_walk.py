@@ -249,27 +249,15 @@ def _narrow_level(automaton: ByteAutomaton | DfaEscapes, trie: TokenTrie, nodes:
 
 def nodes_to_mask(vocab: Vocabulary, nodes: np.ndarray) -> np.ndarray:
     """Packed bitmask of the tokens spelled by trie `nodes` (specials never included)."""
-    trie = vocab.trie
     out = np.zeros(vocab.mask_words, dtype=np.int32)
     if nodes.size == 0:
         return out
-    if nodes.size < 2048:
-        ids = trie.node_tokens(nodes)
-        if ids.size <= 32:
-            for tid in ids.tolist():
-                out[tid >> 5] |= np.int32(np.uint32(1 << (tid & 31)).view(np.int32))
-            return out
-        ids = np.sort(ids)
-        words = ids >> 5
-        bits = np.left_shift(np.uint32(1), (ids & 31).astype(np.uint32))
-        firsts = np.flatnonzero(np.concatenate(([True], words[1:] != words[:-1])))
-        out[words[firsts]] = np.bitwise_or.reduceat(bits, firsts).view(np.int32)
-        return out
-    node_alive = np.zeros(trie.num_nodes, dtype=bool)
-    node_alive[nodes] = True
-    token_node = trie.token_node
-    allowed = np.where(token_node >= 0, node_alive[token_node], False)
-    words = np.packbits(np.concatenate([allowed, np.zeros(out.shape[0] * 32 - allowed.shape[0], dtype=bool)]),
-                        bitorder="little").view("<i4")
-    out[:] = words
+    first, more, more_nodes, more_ids = vocab.trie.token_ids()
+    ids = first[nodes]
+    ids = ids[ids >= 0]
+    if more[nodes].any():
+        ids = np.concatenate([ids, more_ids[np.isin(more_nodes, nodes)]])
+    allowed = np.zeros(out.shape[0] * 32, dtype=bool)
+    allowed[ids] = True
+    out[:] = np.packbits(allowed, bitorder="little").view("<i4")
     return out

@@ -87,6 +87,34 @@ class TokenTrie:
             object.__setattr__(self, "_node_order_arrays", order)
         return order
 
+    def token_ids(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(a token id spelled by each node, -1 for inner nodes; whether the node spells more ids than that one;
+        the nodes that do, once per further id; those further ids), built once: a node set's tokens by one
+        gather (byte strings repeat only for a few added tokens)."""
+        found: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = self.__dict__.get("_token_ids")
+        if found is None:
+            keys, by_node = self._node_order()
+            repeated = np.concatenate(([False], keys[1:] == keys[:-1]))  # ids ascend within a node
+            first = np.full(self.num_nodes, -1, dtype=np.int64)
+            first[keys[~repeated]] = by_node[~repeated]
+            more = np.zeros(self.num_nodes, dtype=bool)
+            more[keys[repeated]] = True
+            found = (first, more, keys[repeated], by_node[repeated])
+            object.__setattr__(self, "_token_ids", found)
+        return found
+
+    def subtree(self, node: int) -> np.ndarray:
+        """The nodes of `node`'s subtree, itself included. Children are contiguous and ordered like their
+        parents, so the descendants on each level form one run: from the first child of the run above to the
+        last child of its last node."""
+        child_start, child_count, _ = self.lists()
+        runs = []
+        lo, hi = node, node + 1
+        while lo < hi:
+            runs.append(np.arange(lo, hi, dtype=np.int64))
+            lo, hi = child_start[lo], child_start[hi - 1] + child_count[hi - 1]
+        return np.concatenate(runs)
+
     def node_tokens(self, nodes: np.ndarray) -> np.ndarray:
         """Token ids spelled by `nodes` (several ids when byte strings repeat; none for inner nodes)."""
         keys, by_node = self._node_order()
@@ -250,6 +278,24 @@ class Vocabulary:
             np.add.at(sizes, trie.node_parent[lo:hi], sizes[lo:hi])
         return sizes
 
+    def subtree_mask(self, node: int) -> np.ndarray:
+        """Packed row (read-only) of the tokens spelled in trie `node`'s subtree (those starting with its
+        bytes), cached in `terminal_walks`: what removing that node from a walk's start nodes removes."""
+        key = ("subtree", node)
+        found: np.ndarray | None = self.terminal_walks.get(key)
+        if found is None:
+            allowed = np.zeros(self.mask_words * 32, dtype=bool)
+            first, more, more_nodes, more_ids = self.trie.token_ids()
+            nodes = self.trie.subtree(node)
+            ids = first[nodes]
+            allowed[ids[ids >= 0]] = True
+            if more[nodes].any():
+                allowed[more_ids[np.isin(more_nodes, nodes)]] = True
+            found = np.packbits(allowed, bitorder="little").view("<i4")
+            found.flags.writeable = False
+            found = self.terminal_walks.put(key, found, found.nbytes)
+        return found
+
     @cached_property
     def eos_mask(self) -> np.ndarray:
         """Packed row with only the EOS ids set."""
@@ -280,13 +326,11 @@ class Vocabulary:
         return split, tuple(entries), pack_bitmask(allowed)
 
     @cached_property
-    def long_token_runs(self) -> tuple[tuple[Run, Run | None], ...]:
-        """Per long token (in `long_tokens` order), its bytes as a `Run`, and the bytes after its prefix long
-        token (None without one): most long tokens repeat a short unit ('-' * 64), and an automaton that
-        returns to the same state after a unit need not read the remaining units (masks.py)."""
-        _, entries, _ = self.long_tokens
-        return tuple((as_run(data), None if prefix < 0 else as_run(data[len(entries[prefix][1]):]))
-                     for _, data, prefix in entries)
+    def long_token_runs(self) -> tuple[Run, ...]:
+        """Per long token (in `long_tokens` order), its bytes as a `Run`: most long tokens repeat a short unit
+        ('-' * 64), and an automaton that returns to the same state after a unit need not read the remaining
+        units (long_tokens.py)."""
+        return tuple(as_run(data) for _, data, _ in self.long_tokens[1])
 
     @cached_property
     def long_token_paths(self) -> np.ndarray:
