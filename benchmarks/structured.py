@@ -268,14 +268,17 @@ def measure(engine: Engine, head: Row, kind: ConstraintKind, max_new_tokens: int
 
 
 def warm_up(engine: Engine, batches: list[int], kinds: list[ConstraintKind], max_new_tokens: int) -> None:
-    """Untimed: each batch size's first steps (kernel specializations) and each kind's grammar compile, on
-    prompts the timed runs do not use."""
+    """Untimed: each batch size's first steps, free and under each kind (kernel specializations, the allocator's
+    blocks for that many masked rows), and each kind's grammar compile, on prompts the timed runs do not use."""
     for b in batches:
         engine.generate(prompts(b, kinds[0], seed=1000), {"temperature": 0.0, "max_new_tokens": 4, "ignore_eos": True})
     for kind in kinds:
         with contextlib.suppress(Exception):  # measure() reports a failure on the kind's rows
             engine.generate(prompts(2, kind, seed=1000),
                             {"temperature": 0.0, "max_new_tokens": max_new_tokens, kind.param: kind.source})
+            for b in batches:
+                engine.generate(prompts(b, kind, seed=1000),
+                                {"temperature": 0.0, "max_new_tokens": 8, kind.param: kind.source})
 
 
 def run_engine(options: dict, heads: list[Row], kinds: list[ConstraintKind], max_new_tokens: int,
