@@ -38,6 +38,7 @@ this, so keep the two in step:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import lru_cache
 
 from radixgen.grammars.bytedfa import MAX_CODEPOINT, ByteDFA, dfa_from_bytes, dfa_from_char_set
@@ -65,9 +66,10 @@ def _class_dfa(intervals: tuple[tuple[int, int], ...], negated: bool) -> ByteDFA
 class _Parser:
     """Recursive descent over the dialect in the module docstring."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, prebuilt: Mapping[str, ByteDFA] | None = None) -> None:
         self.text = text
         self.pos = 0
+        self.prebuilt = prebuilt or {}
 
     # -- lexical helpers -------------------------------------------------------------------------------------
     def error(self, message: str) -> GrammarError:
@@ -285,6 +287,7 @@ class _Parser:
         return Terminal(_class_dfa(tuple(sorted(intervals)), negated), self.text[start:self.pos])
 
     def regex(self) -> Expr:
+        begin = self.pos
         self.pos += 1
         out: list[str] = []
         while True:
@@ -305,9 +308,11 @@ class _Parser:
         pattern = "".join(out)
         if pattern.startswith("^") or (pattern.endswith("$") and not pattern.endswith("\\$")):
             raise self.error(f"regex terminal /{pattern}/ must not use ^ or $ (it is matched in full)")
-        return Terminal(regex_to_dfa(pattern), f"/{pattern}/")
+        dfa = self.prebuilt.get(self.text[begin:self.pos])
+        return Terminal(dfa if dfa is not None else regex_to_dfa(pattern), f"/{pattern}/")
 
 
-def parse_ebnf(text: str, start: str = "root") -> GrammarIR:
-    """Parse EBNF/GBNF text into the grammar IR (not yet normalized); `GrammarError` on bad syntax."""
-    return _Parser(text).parse(start)
+def parse_ebnf(text: str, start: str = "root", prebuilt: Mapping[str, ByteDFA] | None = None) -> GrammarIR:
+    """Parse EBNF/GBNF text into the grammar IR (not yet normalized); `GrammarError` on bad syntax. `prebuilt`:
+    the byte DFAs of some `/regex/` terminals, by their text as written, which are then not compiled again."""
+    return _Parser(text, prebuilt).parse(start)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -192,16 +192,18 @@ def _pda(ir: GrammarIR, vocab: Vocabulary) -> PdaAutomaton:
 
 
 def compile_grammar(text: str, vocab: Vocabulary, syntax: str = "lark", start: str | None = None,
-                    relaxations: tuple[str, ...] = (), narrowings: tuple[str, ...] = ()) -> Grammar:
+                    relaxations: tuple[str, ...] = (), narrowings: tuple[str, ...] = (),
+                    prebuilt: Mapping[str, ByteDFA] | None = None) -> Grammar:
     """A Lark (`syntax="lark"`) or EBNF/GBNF (`syntax="ebnf"`) grammar; see `ebnf.py` for the dialect.
 
     `relaxations` and `narrowings` are the result's report, for a grammar written by a front end that could not
-    enforce its source exactly (json_schema.py)."""
+    enforce its source exactly (json_schema.py); `prebuilt` (EBNF) the byte DFAs of `/regex/` terminals the
+    front end already has (each the language of its text, so the text stays the cache key)."""
     if syntax == "ebnf":
         from radixgen.grammars.ebnf import parse_ebnf
 
         return _cached(f"ebnf:{start or 'root'}", text, vocab,
-                       lambda: _pda(parse_ebnf(text, start or "root"), vocab), relaxations, narrowings)
+                       lambda: _pda(parse_ebnf(text, start or "root", prebuilt), vocab), relaxations, narrowings)
     if syntax == "lark":
         from radixgen.grammars.lark_frontend import parse_lark
 

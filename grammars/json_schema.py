@@ -27,14 +27,18 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from .bytedfa import ByteDFA
 from .grammar import Grammar, compile_grammar
 from .json_schema_charset import ANY_JSON_CHAR
 from .json_schema_containers import ObjectBuilder, array_rule
+from .json_schema_dfa import Dfa
+from .json_schema_dfa_bytes import quoted_byte_dfa
+from .json_schema_dfa_regex import to_regex
 from .json_schema_formats import NUMBER
 from .json_schema_logic import MAX_ANY_OF_PRODUCT, rewrite_logic, settle_unevaluated
 from .json_schema_merge import (
@@ -73,6 +77,7 @@ class SchemaConversion:
     ebnf: str
     relaxations: tuple[str, ...]
     narrowings: tuple[str, ...] = ()
+    terminals: Mapping[str, ByteDFA] = field(default_factory=dict)  # byte DFAs of some terminals, by their text
 
 
 def json_schema_to_ebnf(
@@ -103,7 +108,7 @@ def json_schema_to_ebnf(
     except RecursionError as exc:
         raise SchemaError("(root): schema nests or refers to itself too deeply") from exc
     relaxations, narrowings = conv.report.final()
-    return SchemaConversion(conv.render(root), relaxations, narrowings)
+    return SchemaConversion(conv.render(root), relaxations, narrowings, dict(conv.terminals))
 
 
 def compile_json_schema(schema: dict[str, Any] | bool | str, vocab: Vocabulary, **opts: Any) -> Grammar:
@@ -112,7 +117,7 @@ def compile_json_schema(schema: dict[str, Any] | bool | str, vocab: Vocabulary, 
     schemas with the same grammar but different reports each get their own)."""
     conversion = json_schema_to_ebnf(schema, **opts)
     return compile_grammar(conversion.ebnf, vocab, syntax="ebnf", relaxations=conversion.relaxations,
-                           narrowings=conversion.narrowings)
+                           narrowings=conversion.narrowings, prebuilt=conversion.terminals)
 
 
 class Converter:
@@ -132,6 +137,7 @@ class Converter:
         self._flattening: set[str] = set()
         self._pending: dict[int, str | None] = {}  # ids of schemas being converted -> rule name if recursive
         self._negation_depth = 0
+        self.terminals: dict[str, ByteDFA] = {}  # see `body_terminal`
         spelling = ("property names and constants as json.dumps writes them; numbers under bounds, multipleOf "
                     "or excluded values without exponent, integers without fraction or exponent")
         if whitespace == "compact":
@@ -192,6 +198,15 @@ class Converter:
 
     def error(self, ptr: str, message: str) -> SchemaError:
         return SchemaError(f"{ptr or '/'}: {message}")
+
+    def body_terminal(self, machine: Dfa) -> str:
+        """The `/"..."/` terminal of the strings whose bodies `machine` accepts, its byte DFA kept from `machine`
+        (`terminals`), so the grammar's compile does not build it again from the regex text."""
+        text = terminal('"' + to_regex(machine) + '"')
+        dfa = quoted_byte_dfa(machine)
+        if dfa is not None:
+            self.terminals[text] = dfa
+        return text
 
     @contextmanager
     def scratch(self) -> Iterator[Report]:

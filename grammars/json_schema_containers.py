@@ -10,7 +10,6 @@ from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
 from .json_schema_dfa import Dfa, TooComplex, unite
-from .json_schema_dfa_regex import to_regex
 from .json_schema_formats import FORMATS
 from .json_schema_keys import key_regions, string_body
 from .json_schema_merge import Schema, Unsatisfiable, constrains, is_trivial, merge
@@ -251,7 +250,7 @@ class ObjectBuilder:
                     value = conv.expr(value_schema, where)
                 except Unsatisfiable:
                     continue
-                key_text = terminal('"' + to_regex(region) + '"')
+                key_text = conv.body_terminal(region)
                 alts.append(f"{key_text} {conv.colon} {value}")
             return alternation(alts) if alts else None
         except (TooComplex, UnsupportedPattern):

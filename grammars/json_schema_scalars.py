@@ -69,7 +69,7 @@ def string_expr(conv: Converter, s: dict[str, Any], ptr: str) -> str:
         machine = string_body(view, min_len, max_len)
         if is_empty(machine):
             raise Unsatisfiable(f"no string satisfies the schema at {ptr or '/'}")
-        return terminal('"' + to_regex(machine) + '"')
+        return conv.body_terminal(machine)
     except (TooComplex, UnsupportedPattern):
         pass
     if not positives:
