@@ -72,13 +72,22 @@ def _q4_1(b: Tensor) -> Tensor:
     return _f16(b[:, :2]) * _nibbles(b[:, 4:], 16).float() + _f16(b[:, 2:4])
 
 
-def _q4_k(b: Tensor) -> Tensor:
-    n = b.shape[0]
+def k_scales_mins(b: Tensor) -> tuple[Tensor, Tensor]:
+    """Q4_K or Q5_K blocks [n, block bytes] -> (d * sc, dmin * mn), fp32 [n, 8] each: sub-block j's scale and
+    minimum (exact: an 11-bit significand times a 6-bit integer)."""
     sc, mn = q4_k_scale_min(b[:, 4:16])
-    d = (_f16(b[:, 0:2]) * sc.float()).reshape(n, 8, 1)
-    dm = (_f16(b[:, 2:4]) * mn.float()).reshape(n, 8, 1)
-    q = _nibbles(b[:, 16:], 32).float().reshape(n, 8, 32)
-    return (d * q - dm).reshape(n, 256)
+    return _f16(b[:, 0:2]) * sc.float(), _f16(b[:, 2:4]) * mn.float()
+
+
+def _k_dequant(b: Tensor, q: Tensor) -> Tensor:
+    """Q4_K / Q5_K: w = (d * sc[j]) * q - dmin * mn[j] for the block's values q [n, 256]."""
+    n = b.shape[0]
+    scales, mins = k_scales_mins(b)
+    return (scales.reshape(n, 8, 1) * q.float().reshape(n, 8, 32) - mins.reshape(n, 8, 1)).reshape(n, 256)
+
+
+def _q4_k(b: Tensor) -> Tensor:
+    return _k_dequant(b, _nibbles(b[:, 16:], 32))
 
 
 def q5_k_values(b: Tensor) -> Tensor:
@@ -92,11 +101,7 @@ def q5_k_values(b: Tensor) -> Tensor:
 
 
 def _q5_k(b: Tensor) -> Tensor:
-    n = b.shape[0]
-    sc, mn = q4_k_scale_min(b[:, 4:16])
-    d = (_f16(b[:, 0:2]) * sc.float()).reshape(n, 8, 1)
-    dm = (_f16(b[:, 2:4]) * mn.float()).reshape(n, 8, 1)
-    return (d * q5_k_values(b).float().reshape(n, 8, 32) - dm).reshape(n, 256)
+    return _k_dequant(b, q5_k_values(b))
 
 
 def q6_k_values(b: Tensor) -> tuple[Tensor, Tensor]:

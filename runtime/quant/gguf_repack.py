@@ -32,7 +32,7 @@ from radixgen.kernels.gguf_ref import (
     Q5_K,
     Q6_K,
     Q8_0,
-    q4_k_scale_min,
+    k_scales_mins,
     q5_k_values,
     q6_k_values,
 )
@@ -67,11 +67,10 @@ def _repack_int8(b: Tensor, qtype: int, n: int, k: int) -> Int8Weight:
         return Int8Weight(pack_int8(q.t()), _by_group(_halves(b[..., 0:2])), REPACK_GROUP)
     if qtype == Q5_K.code:
         flat = b.reshape(-1, Q5_K.block_bytes)
-        sc, mn = q4_k_scale_min(flat[:, 4:16])
-        scales = (_halves(flat[:, 0:2]).float().reshape(-1, 1) * sc.float()).reshape(n, -1)  # the reference's
-        mins = (_halves(flat[:, 2:4]).float().reshape(-1, 1) * mn.float()).reshape(n, -1)  # products, in its order
+        scales, mins = k_scales_mins(flat)  # the reference's products
         q = q5_k_values(flat).to(torch.int8).reshape(n, k)
-        return Int8Weight(pack_int8(q.t()), _by_group(scales), REPACK_GROUP, mins=_by_group(mins))
+        return Int8Weight(pack_int8(q.t()), _by_group(scales.reshape(n, -1)), REPACK_GROUP,
+                          mins=_by_group(mins.reshape(n, -1)))
     q, scales = q6_k_values(b.reshape(-1, Q6_K.block_bytes))  # the reference's d * sc, in its order
     return Int8Weight(pack_int8(q.reshape(n, k).t()), _by_group(scales.reshape(n, -1)), Q6_K_GROUP)
 
@@ -80,11 +79,9 @@ def _repack_int4(b: Tensor, qtype: int, n: int, k: int) -> Int4Weight:
     """Q4_0 / Q4_1 / Q4_K blocks [N, blocks per row, block bytes] -> their Int4Weight."""
     zeros = mins = None
     if qtype == Q4_K.code:
-        sc, mn = q4_k_scale_min(b[..., 4:16].reshape(-1, 12))
-        d = _halves(b[..., 0:2]).float().reshape(-1, 1)
-        dmin = _halves(b[..., 2:4]).float().reshape(-1, 1)
-        scales = (d * sc.float()).reshape(n, -1)  # the reference's products, in its order
-        mins = _by_group((dmin * mn.float()).reshape(n, -1))
+        k_scales, k_mins = k_scales_mins(b.reshape(-1, Q4_K.block_bytes))  # the reference's products
+        scales = k_scales.reshape(n, -1)
+        mins = _by_group(k_mins.reshape(n, -1))
         q = _nibbles(b[..., 16:], 32)
     elif qtype == Q4_1.code:
         scales = _halves(b[..., 0:2])
