@@ -38,7 +38,7 @@ this, so keep the two in step:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable
 from functools import lru_cache
 
 from radixgen.grammars.bytedfa import MAX_CODEPOINT, ByteDFA, dfa_from_bytes, dfa_from_char_set
@@ -46,6 +46,8 @@ from radixgen.grammars.errors import GrammarError
 from radixgen.grammars.ir import Alt, Expr, GrammarIR, Repeat, RuleRef, Seq, Terminal
 from radixgen.grammars.regex import regex_to_dfa
 from radixgen.grammars.token_refs import parse_token_ref, ref_end
+
+Prebuilt = Callable[[str], ByteDFA | None]  # a regex terminal's text as written -> its DFA, if known
 
 _NAME_START = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_")
 _NAME_CHARS = _NAME_START | set("0123456789-")
@@ -66,10 +68,10 @@ def _class_dfa(intervals: tuple[tuple[int, int], ...], negated: bool) -> ByteDFA
 class _Parser:
     """Recursive descent over the dialect in the module docstring."""
 
-    def __init__(self, text: str, prebuilt: Mapping[str, ByteDFA] | None = None) -> None:
+    def __init__(self, text: str, prebuilt: Prebuilt | None = None) -> None:
         self.text = text
         self.pos = 0
-        self.prebuilt = prebuilt or {}
+        self.prebuilt = prebuilt
 
     # -- lexical helpers -------------------------------------------------------------------------------------
     def error(self, message: str) -> GrammarError:
@@ -308,11 +310,12 @@ class _Parser:
         pattern = "".join(out)
         if pattern.startswith("^") or (pattern.endswith("$") and not pattern.endswith("\\$")):
             raise self.error(f"regex terminal /{pattern}/ must not use ^ or $ (it is matched in full)")
-        dfa = self.prebuilt.get(self.text[begin:self.pos])
+        dfa = self.prebuilt(self.text[begin:self.pos]) if self.prebuilt is not None else None
         return Terminal(dfa if dfa is not None else regex_to_dfa(pattern), f"/{pattern}/")
 
 
-def parse_ebnf(text: str, start: str = "root", prebuilt: Mapping[str, ByteDFA] | None = None) -> GrammarIR:
+def parse_ebnf(text: str, start: str = "root", prebuilt: Prebuilt | None = None) -> GrammarIR:
     """Parse EBNF/GBNF text into the grammar IR (not yet normalized); `GrammarError` on bad syntax. `prebuilt`:
-    the byte DFAs of some `/regex/` terminals, by their text as written, which are then not compiled again."""
+    a `/regex/` terminal's byte DFA by its text as written (None: compile the regex), from a front end that has
+    it already."""
     return _Parser(text, prebuilt).parse(start)

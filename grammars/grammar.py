@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 import numpy as np
 
@@ -193,12 +193,13 @@ def _pda(ir: GrammarIR, vocab: Vocabulary) -> PdaAutomaton:
 
 def compile_grammar(text: str, vocab: Vocabulary, syntax: str = "lark", start: str | None = None,
                     relaxations: tuple[str, ...] = (), narrowings: tuple[str, ...] = (),
-                    prebuilt: Mapping[str, ByteDFA] | None = None) -> Grammar:
+                    prebuilt: Callable[[str], ByteDFA | None] | None = None) -> Grammar:
     """A Lark (`syntax="lark"`) or EBNF/GBNF (`syntax="ebnf"`) grammar; see `ebnf.py` for the dialect.
 
     `relaxations` and `narrowings` are the result's report, for a grammar written by a front end that could not
-    enforce its source exactly (json_schema.py); `prebuilt` (EBNF) the byte DFAs of `/regex/` terminals the
-    front end already has (each the language of its text, so the text stays the cache key)."""
+    enforce its source exactly (json_schema.py); `prebuilt` (EBNF) the byte DFA of a `/regex/` terminal the front
+    end can build itself, by the terminal's text (each the language of its text, so the text stays the cache
+    key); called only when the grammar is compiled, not when it is found cached."""
     if syntax == "ebnf":
         from radixgen.grammars.ebnf import parse_ebnf
 

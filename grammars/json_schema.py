@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -77,7 +77,7 @@ class SchemaConversion:
     ebnf: str
     relaxations: tuple[str, ...]
     narrowings: tuple[str, ...] = ()
-    terminals: Mapping[str, ByteDFA] = field(default_factory=dict)  # byte DFAs of some terminals, by their text
+    terminals: Mapping[str, Dfa] = field(default_factory=dict)  # string-body DFAs of some terminals, by their text
 
 
 def json_schema_to_ebnf(
@@ -117,7 +117,16 @@ def compile_json_schema(schema: dict[str, Any] | bool | str, vocab: Vocabulary, 
     schemas with the same grammar but different reports each get their own)."""
     conversion = json_schema_to_ebnf(schema, **opts)
     return compile_grammar(conversion.ebnf, vocab, syntax="ebnf", relaxations=conversion.relaxations,
-                           narrowings=conversion.narrowings, prebuilt=conversion.terminals)
+                           narrowings=conversion.narrowings, prebuilt=_prebuilt(conversion.terminals))
+
+
+def _prebuilt(terminals: Mapping[str, Dfa]) -> Callable[[str], ByteDFA | None]:
+    """The parser's lookup of a terminal's byte DFA: built from its body DFA when the grammar is compiled (not
+    when a cached grammar is found), None for the terminals the conversion has no DFA of."""
+    def lookup(text: str) -> ByteDFA | None:
+        machine = terminals.get(text)
+        return None if machine is None else quoted_byte_dfa(machine)
+    return lookup
 
 
 class Converter:
@@ -137,7 +146,7 @@ class Converter:
         self._flattening: set[str] = set()
         self._pending: dict[int, str | None] = {}  # ids of schemas being converted -> rule name if recursive
         self._negation_depth = 0
-        self.terminals: dict[str, ByteDFA] = {}  # see `body_terminal`
+        self.terminals: dict[str, Dfa] = {}  # see `body_terminal`
         spelling = ("property names and constants as json.dumps writes them; numbers under bounds, multipleOf "
                     "or excluded values without exponent, integers without fraction or exponent")
         if whitespace == "compact":
@@ -200,12 +209,10 @@ class Converter:
         return SchemaError(f"{ptr or '/'}: {message}")
 
     def body_terminal(self, machine: Dfa) -> str:
-        """The `/"..."/` terminal of the strings whose bodies `machine` accepts, its byte DFA kept from `machine`
-        (`terminals`), so the grammar's compile does not build it again from the regex text."""
+        """The `/"..."/` terminal of the strings whose bodies `machine` accepts, `machine` kept (`terminals`), so
+        the grammar's compile builds the terminal's byte DFA from it rather than from the regex text."""
         text = terminal('"' + to_regex(machine) + '"')
-        dfa = quoted_byte_dfa(machine)
-        if dfa is not None:
-            self.terminals[text] = dfa
+        self.terminals[text] = machine
         return text
 
     @contextmanager
